@@ -1,0 +1,40 @@
+# connector-push — the two commands: `make dev` runs the product, `make test` passes the tests.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: dev test lint fmt pytest bench clean-dev venv
+
+# (Re)install when the venv is missing or pyproject.toml is newer than the last install.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+dev: $(STAMP)
+	$(BIN)/connector-push dev
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+test: lint pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean-dev:
+	rm -rf .dev-data

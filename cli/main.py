@@ -1,0 +1,20 @@
+"""The `connector-push` command: one typer app, commands registered per module."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="connector-push",
+    help="Durable CRM-to-remote connector push runtime.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _register_all() -> None:
+    # Each command module exposes `register(app)`; add one line per module.
+    pass
+
+
+_register_all()

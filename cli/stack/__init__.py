@@ -1,0 +1,1 @@
+"""The local stack: embedded Postgres, Temporal dev server, child processes."""

@@ -1,0 +1,1 @@
+"""connector-push: protocol layer."""
