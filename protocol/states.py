@@ -15,7 +15,6 @@ from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from typing import Final, TypeVar
 
-
 S = TypeVar("S", bound=StrEnum)
 
 
