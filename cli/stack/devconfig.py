@@ -1,0 +1,70 @@
+"""Typed view of `temporal-dev.yaml`, the single home of the local stack's settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+SearchAttributeType = Literal["Keyword", "Text", "Int", "Double", "Bool", "Datetime", "KeywordList"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PATH = REPO_ROOT / "temporal-dev.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TemporalDevConfig(_Strict):
+    frontend_ip: str
+    frontend_port: int
+    ui_port: int
+    namespace: str
+    db_file: str
+    sqlite_pragmas: dict[str, str]
+    log_level: str
+    search_attributes: dict[str, SearchAttributeType]
+
+    @property
+    def address(self) -> str:
+        return f"{self.frontend_ip}:{self.frontend_port}"
+
+
+class PostgresDevConfig(_Strict):
+    data_dir: str
+    host: str
+    port: int
+    database: str
+    user: str
+
+    def dsn(self, database: str | None = None) -> str:
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{database or self.database}"
+
+
+class ServiceDevConfig(_Strict):
+    host: str
+    port: int
+    persist_file: str | None = None
+
+
+class DevConfig(_Strict):
+    temporal: TemporalDevConfig
+    postgres: PostgresDevConfig
+    task_queue: str
+    ingress: ServiceDevConfig
+    sandbox: ServiceDevConfig
+
+    def resolve(self, relative: str) -> Path:
+        """A path from the file, taken relative to the repository root."""
+        path = Path(relative)
+        return path if path.is_absolute() else REPO_ROOT / path
+
+
+def load_dev_config(path: Path = DEFAULT_PATH) -> DevConfig:
+    """Read and validate `temporal-dev.yaml`; errors name the offending key."""
+    with path.open(encoding="utf-8") as handle:
+        raw = yaml.safe_load(handle)
+    return DevConfig.model_validate(raw)
