@@ -1,0 +1,36 @@
+"""Small process and port helpers shared by the local-stack launchers."""
+
+from __future__ import annotations
+
+import socket
+
+
+class StackError(RuntimeError):
+    """A local-stack problem with a one-line message that names the fix."""
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def ensure_port_free(host: str, port: int, setting: str) -> None:
+    """Raise `StackError` naming the `temporal-dev.yaml` setting when the port is taken."""
+    if not port_is_free(host, port):
+        raise StackError(
+            f"port {host}:{port} is busy: stop what is using it or change `{setting}` "
+            "in temporal-dev.yaml"
+        )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS considers free right now (for tests and benchmarks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
