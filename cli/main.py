@@ -12,9 +12,16 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Durable CRM-to-remote connector push runtime (see README.md)."""
+
+
 def _register_all() -> None:
     # Each command module exposes `register(app)`; add one line per module.
-    pass
+    from cli import worker_cmd
+
+    worker_cmd.register(app)
 
 
 _register_all()

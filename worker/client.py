@@ -1,0 +1,33 @@
+"""Temporal client construction, shared by the worker, the CRM entry and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from temporalio.client import Client, TLSConfig
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from worker.settings import RuntimeSettings
+
+
+def _tls(settings: RuntimeSettings) -> TLSConfig | bool:
+    if settings.temporal_tls_cert and settings.temporal_tls_key:
+        return TLSConfig(
+            client_cert=Path(settings.temporal_tls_cert).read_bytes(),
+            client_private_key=Path(settings.temporal_tls_key).read_bytes(),
+        )
+    return settings.temporal_tls or settings.temporal_api_key is not None
+
+
+async def connect_temporal(settings: RuntimeSettings) -> Client:
+    """A client with the pydantic converter and the tracing interceptor (NF-1)."""
+    api_key = settings.temporal_api_key
+    return await Client.connect(
+        settings.require_temporal_address(),
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+        interceptors=[TracingInterceptor()],
+        tls=_tls(settings),
+        api_key=api_key.get_secret_value() if api_key else None,
+    )

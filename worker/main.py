@@ -1,0 +1,40 @@
+"""The worker process: one composition root wiring settings, telemetry, pool and client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import asyncpg
+
+from worker.client import connect_temporal
+from worker.observability import configure_logging, configure_tracing
+from worker.runtime import build_worker, ensure_search_attributes, remote_http_client, run_until
+from worker.settings import RuntimeSettings
+
+log = logging.getLogger(__name__)
+
+
+async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = None) -> None:
+    """Run until `stop` is set (or SIGINT/SIGTERM when no event is given)."""
+    configure_logging(settings)
+    configure_tracing(settings, "connector-push-worker")
+    stop = stop or _stop_on_signals()
+    client = await connect_temporal(settings)
+    await ensure_search_attributes(client)
+    pool = await asyncpg.create_pool(settings.require_database_url(), min_size=2, max_size=20)
+    try:
+        async with remote_http_client() as http:
+            worker = build_worker(client, pool, http, settings.task_queue)
+            await run_until(stop, worker)
+    finally:
+        await pool.close()
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

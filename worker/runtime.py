@@ -1,0 +1,81 @@
+"""Worker construction: sandbox pass-through, timeouts, search-attribute preflight."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import asyncpg
+import httpx
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from protocol.timeouts import REMOTE_HTTP_TIMEOUT, WORKER_GRACEFUL_SHUTDOWN
+from worker import registry
+from workflows import search_attributes
+
+log = logging.getLogger(__name__)
+
+# Pure or I/O-bound modules that workflow code references but never runs inside the
+# sandbox: passing them through is configured here once (STYLE rule 5).
+PASSTHROUGH_MODULES = ("protocol", "activities", "db", "httpx", "asyncpg")
+
+
+class MissingSearchAttributes(RuntimeError):
+    """The namespace lacks search attributes the workflows upsert (SPEC WF-4)."""
+
+
+async def ensure_search_attributes(client: Client) -> None:
+    """Refuse to run when a WF-4 attribute is unregistered: upserting it would retry forever."""
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    registered = dict(response.custom_attributes)
+    missing = [
+        f"{key.name}={key.indexed_value_type.name.title()}"
+        for key in search_attributes.ALL
+        if registered.get(key.name) != key.indexed_value_type.value
+    ]
+    if missing:
+        raise MissingSearchAttributes(
+            f"namespace {client.namespace!r} lacks search attributes {', '.join(missing)}: "
+            "register them with `temporal operator search-attribute create --name N --type T` "
+            "(the dev stack does this from temporal-dev.yaml)"
+        )
+
+
+def build_worker(
+    client: Client,
+    pool: asyncpg.Pool,
+    http: httpx.AsyncClient,
+    task_queue: str,
+    workflows: Sequence[type] | None = None,
+) -> Worker:
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=list(workflows if workflows is not None else registry.workflow_classes()),
+        activities=list(registry.activity_callables(pool, http)),
+        workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
+        graceful_shutdown_timeout=WORKER_GRACEFUL_SHUTDOWN,
+        max_concurrent_activities=200,
+    )
+
+
+def remote_http_client() -> httpx.AsyncClient:
+    """The shared HTTP client for remote calls; its timeout is below start-to-close (REC-1)."""
+    seconds = REMOTE_HTTP_TIMEOUT.total_seconds()
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(seconds),
+        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+    )
+
+
+async def run_until(stop: asyncio.Event, worker: Worker) -> None:
+    async with worker:
+        log.info("worker polling task queue %s", worker.task_queue)
+        await stop.wait()

@@ -1,0 +1,70 @@
+"""Runtime configuration, loaded once per entry point (STYLE rule 9).
+
+`DATABASE_URL` and `TEMPORAL_*` keep their conventional names; everything else
+is `CONNECTOR_PUSH_*`. Secrets are `SecretStr` so they never print.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+OtelExporter = Literal["none", "console", "otlp"]
+
+
+class RuntimeSettings(BaseSettings):
+    """Settings shared by the worker, the ingress, the CRM client and the CLI."""
+
+    model_config = SettingsConfigDict(env_prefix="CONNECTOR_PUSH_", extra="ignore")
+
+    database_url: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("DATABASE_URL", "CONNECTOR_PUSH_DATABASE_URL")
+    )
+    temporal_address: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("TEMPORAL_ADDRESS", "CONNECTOR_PUSH_TEMPORAL_ADDRESS"),
+    )
+    temporal_namespace: str = Field(
+        default="default",
+        validation_alias=AliasChoices("TEMPORAL_NAMESPACE", "CONNECTOR_PUSH_TEMPORAL_NAMESPACE"),
+    )
+    temporal_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("TEMPORAL_API_KEY", "CONNECTOR_PUSH_TEMPORAL_API_KEY"),
+    )
+    temporal_tls: bool = Field(
+        default=False, validation_alias=AliasChoices("TEMPORAL_TLS", "CONNECTOR_PUSH_TEMPORAL_TLS")
+    )
+    temporal_tls_cert: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("TEMPORAL_TLS_CERT", "CONNECTOR_PUSH_TEMPORAL_TLS_CERT"),
+    )
+    temporal_tls_key: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("TEMPORAL_TLS_KEY", "CONNECTOR_PUSH_TEMPORAL_TLS_KEY"),
+    )
+    task_queue: str = "connector-push"
+    otel_exporter: OtelExporter = "none"
+    otel_endpoint: str | None = None
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("CONNECTOR_PUSH_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR")
+        return upper
+
+    def require_database_url(self) -> str:
+        if self.database_url is None:
+            raise ValueError("DATABASE_URL is not set (or run `make dev` for the local stack)")
+        return self.database_url.get_secret_value()
+
+    def require_temporal_address(self) -> str:
+        if self.temporal_address is None:
+            raise ValueError("TEMPORAL_ADDRESS is not set (or run `make dev` for the local stack)")
+        return self.temporal_address
