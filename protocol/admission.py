@@ -1,0 +1,144 @@
+"""Admission inputs and decisions (WF-2): plain snapshots passed in and out of the gates."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field, JsonValue
+
+from protocol.active import ActiveMetadata
+from protocol.authority import PermissionFacts
+from protocol.drift import Finding
+from protocol.errors import RejectReason
+from protocol.request import PatchRequest
+from protocol.snapshots import (
+    ActionConfigSnapshot,
+    AuthoritySnapshot,
+    CreateRequestSnapshot,
+    LinkSnapshot,
+    SlotNames,
+    Snapshot,
+    StableSlot,
+    WritebackSnapshot,
+)
+from protocol.states import ATTEMPT_RELEASED, AttemptStatus, DispatchLane, LinkStatus
+
+
+class SaveRequest(Snapshot):
+    """What the CRM reported for one save (WF-2)."""
+
+    connector_owner_key: str
+    action_slot_id: str
+    destination_slot_id: str
+    source_object: str
+    source_record_id: str
+    originating_user_id: str | None
+
+
+class RecordView(Snapshot):
+    exists: bool
+    fields: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class AttemptSummary(Snapshot):
+    attempt_id: str
+    status: AttemptStatus
+    dispatch_lane: str = DispatchLane.CONFIGURED.value
+    attempt_ordinal: int = 1
+
+
+class LineageRow(Snapshot):
+    """A link or attempt for this record found under a lineage predecessor slot (ID-6)."""
+
+    slot_id: str
+    link_status: LinkStatus | None = None
+    attempt_status: AttemptStatus | None = None
+    rebound: bool = False
+
+    @property
+    def resolved(self) -> bool:
+        link_done = self.link_status in (None, LinkStatus.RETIRED)
+        attempt_done = self.attempt_status in (None, *ATTEMPT_RELEASED)
+        return self.rebound or (link_done and attempt_done)
+
+
+class AssociationTarget(Snapshot):
+    """The target link found for one association contract's save-time source id."""
+
+    link_status: LinkStatus | None = None
+    remote_id: str | None = None
+
+
+class AdmissionContext(Snapshot):
+    save: SaveRequest
+    active: ActiveMetadata | None
+    active_incarnations: int = 1
+    link: LinkSnapshot | None = None
+    attempts: tuple[AttemptSummary, ...] = ()
+    lineage_rows: tuple[LineageRow, ...] = ()
+    record: RecordView
+    permissions: PermissionFacts | None
+    association_targets: dict[str, AssociationTarget] = Field(default_factory=dict)
+    idempotency_key: str
+    locator_value: str | None = None
+    decided_at: datetime
+
+
+class Reservation(Snapshot):
+    """Everything the attempt row freezes at reservation (STO-2, GATE-2)."""
+
+    link_key: str
+    slot: StableSlot
+    source_record_id: str
+    names: SlotNames
+    pack_install_id: str
+    remote_scope: str
+    dispatch_lane: DispatchLane
+    action: ActionConfigSnapshot
+    request: CreateRequestSnapshot
+    authority: AuthoritySnapshot
+    association_vector: tuple[str, ...]
+    writeback: WritebackSnapshot
+
+
+class CreateReserved(Snapshot):
+    kind: Literal["create_reserved"] = "create_reserved"
+    reservation: Reservation
+
+
+class DeferredAssociationReserved(Snapshot):
+    kind: Literal["deferred_association_reserved"] = "deferred_association_reserved"
+    reservation: Reservation
+    waiting_on: tuple[str, ...]
+
+
+class PatchQueued(Snapshot):
+    kind: Literal["patch_queued"] = "patch_queued"
+    link_key: str
+    remote_id: str
+    request: PatchRequest
+    authority: AuthoritySnapshot
+    findings: tuple[Finding, ...] = ()
+
+
+class ObservedActiveAttempt(Snapshot):
+    kind: Literal["observed_active_attempt"] = "observed_active_attempt"
+    link_key: str
+    attempt_id: str
+    status: AttemptStatus
+    dispatch_lane: str
+
+
+class Rejected(Snapshot):
+    kind: Literal["rejected"] = "rejected"
+    reason: RejectReason
+    detail: str = ""
+    link_key: str | None = None
+    findings: tuple[Finding, ...] = ()
+
+
+AdmissionDecision = Annotated[
+    CreateReserved | DeferredAssociationReserved | PatchQueued | ObservedActiveAttempt | Rejected,
+    Field(discriminator="kind"),
+]

@@ -1,0 +1,253 @@
+"""Drift classifier (SPEC DRIFT-1, the seed's drift matrix).
+
+Compares what a link or an attempt froze with the active metadata and returns
+one finding per changed surface. The disposition depends on the column:
+finalized links follow the "Existing finalized link" column, attempts the
+"Active create attempt" column. Conditional rows (credential contracts, update
+path equivalence) are resolved here from the pack's explicit declarations only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from enum import StrEnum
+from typing import Final
+
+from protocol.active import ActiveMetadata
+from protocol.manifest import ActionSlot, DestinationSlot, Profile
+from protocol.snapshots import (
+    ActionConfigSnapshot,
+    AttemptSnapshot,
+    LinkSnapshot,
+    ProfileSnapshot,
+    Snapshot,
+)
+from protocol.templates import TemplateError, render
+
+
+class DriftSurface(StrEnum):
+    FLOW_VERSION = "flow_version"
+    ACTION_RENAMED = "action_renamed"
+    ACTION_RECREATED = "action_recreated"
+    NAMESPACE_RENAMED = "namespace_renamed"
+    OWNER_IDENTITY = "owner_identity"
+    PACK_INSTALL = "pack_install"
+    PROFILE_RENAMED = "profile_renamed"
+    PROFILE_REPLACED = "profile_replaced"
+    CREDENTIAL_REF = "credential_ref"
+    ENDPOINT = "endpoint"
+    CREDENTIAL_GENERATION = "credential_generation"
+    RETRY_POLICY = "retry_policy"
+    MAPPING = "mapping"
+    SOURCE_AUTHORITY = "source_authority"
+    CREATE_PATH = "create_path"
+    UPDATE_PATH = "update_path"
+    RESPONSE_ID_PATH = "response_id_path"
+    MIRROR_FIELDS = "mirror_fields"
+    TARGET_RENAMED = "target_renamed"
+    TARGET_NEW_SLOT = "target_new_slot"
+    IDEMPOTENCY_SUPPORT = "idempotency_support"
+    PROFILE_PAYLOAD = "profile_payload"
+
+
+class Disposition(StrEnum):
+    BENIGN = "benign"  # recorded; the link keeps working
+    FROZEN_NO_EFFECT = "frozen_no_effect"  # the attempt keeps using its frozen snapshot
+    MIRROR_BLOCKED = "mirror_blocked"  # link authoritative; mirror writeback blocked
+    FAIL_CLOSED = "fail_closed"  # link -> suspended_drift; attempt parked before POST
+
+
+class Finding(Snapshot):
+    surface: DriftSurface
+    disposition: Disposition
+    detail: str
+
+
+B, F, M, X = (
+    Disposition.BENIGN,
+    Disposition.FROZEN_NO_EFFECT,
+    Disposition.MIRROR_BLOCKED,
+    Disposition.FAIL_CLOSED,
+)
+S = DriftSurface
+
+# surface -> (finalized link, active create attempt); the seed's matrix, row by row.
+# Rows marked * are conditional and refined by `_refine`.
+MATRIX: Final[dict[DriftSurface, tuple[Disposition, Disposition]]] = {
+    S.FLOW_VERSION: (B, F),
+    S.ACTION_RENAMED: (B, F),
+    S.ACTION_RECREATED: (X, X),
+    S.NAMESPACE_RENAMED: (B, F),
+    S.OWNER_IDENTITY: (X, X),
+    S.PACK_INSTALL: (X, F),
+    S.PROFILE_RENAMED: (B, F),
+    S.PROFILE_REPLACED: (X, X),
+    S.CREDENTIAL_REF: (X, X),  # * link benign if rotation declared same-destination
+    S.ENDPOINT: (X, X),
+    S.CREDENTIAL_GENERATION: (X, X),  # * as above; attempt also needs frozen idempotency
+    S.RETRY_POLICY: (B, F),
+    S.MAPPING: (X, F),
+    S.SOURCE_AUTHORITY: (B, F),
+    S.CREATE_PATH: (B, F),
+    S.UPDATE_PATH: (X, B),  # * link benign if old and new render to the same route
+    S.RESPONSE_ID_PATH: (B, F),
+    S.MIRROR_FIELDS: (M, F),
+    S.TARGET_RENAMED: (X, F),
+    S.TARGET_NEW_SLOT: (X, F),
+    S.IDEMPOTENCY_SUPPORT: (B, F),
+    S.PROFILE_PAYLOAD: (X, F),
+}
+
+Durable = LinkSnapshot | AttemptSnapshot
+Change = tuple[DriftSurface, str]
+
+
+def classify(snapshot: Durable, active: ActiveMetadata | None) -> list[Finding]:
+    """Every drift finding between `snapshot` and the active metadata."""
+    return [
+        Finding(surface=surface, disposition=_refine(surface, snapshot, active), detail=detail)
+        for surface, detail in _changes(snapshot, active)
+    ]
+
+
+def fails_closed(findings: list[Finding]) -> bool:
+    return any(f.disposition is Disposition.FAIL_CLOSED for f in findings)
+
+
+def _changes(snap: Durable, active: ActiveMetadata | None) -> Iterator[Change]:
+    owner = snap.slot.connector_owner_key
+    if active is None or active.connector_owner_key != owner:
+        found = active.connector_owner_key if active else "no active pack"
+        yield S.OWNER_IDENTITY, f"owner {owner!r} -> {found!r}"
+        return
+    yield from _install_and_names(snap, active)
+    if active.action is None:
+        yield S.ACTION_RECREATED, f"action slot {snap.slot.action_slot_id!r} is not in the pack"
+    else:
+        yield from _action_changes(snap, active.action, active.readable_fields)
+    if active.destination is None or active.profile is None:
+        yield S.PROFILE_REPLACED, f"destination slot {snap.slot.destination_slot_id!r} is gone"
+    else:
+        yield from _destination_changes(snap, active.destination)
+        yield from _profile_changes(snap.profile, ProfileSnapshot.of(active.profile))
+
+
+def _install_and_names(snap: Durable, active: ActiveMetadata) -> Iterator[Change]:
+    if active.pack_install_id != snap.pack_install_id:
+        yield S.PACK_INSTALL, f"{snap.pack_install_id} -> {active.pack_install_id}"
+    if active.namespace != snap.names.connector_namespace:
+        yield S.NAMESPACE_RENAMED, f"{snap.names.connector_namespace} -> {active.namespace}"
+    if active.profile and active.profile.name != snap.names.profile_name:
+        yield S.PROFILE_RENAMED, f"{snap.names.profile_name} -> {active.profile.name}"
+
+
+def _action_changes(
+    snap: Durable, action: ActionSlot, readable: frozenset[str] | None
+) -> Iterator[Change]:
+    names = snap.names
+    if action.flow_version != names.flow_version:
+        yield S.FLOW_VERSION, f"{names.flow_version} -> {action.flow_version}"
+    old_names = (names.flow_developer_name, names.flow_action_name)
+    if (action.flow_developer_name, action.flow_action_name) != old_names:
+        yield (
+            S.ACTION_RENAMED,
+            f"{old_names} -> {action.flow_developer_name, action.flow_action_name}",
+        )
+    if action.destination_slot != snap.slot.destination_slot_id:
+        yield S.TARGET_NEW_SLOT, f"{snap.slot.destination_slot_id} -> {action.destination_slot}"
+    yield from _config_changes(snap.action, ActionConfigSnapshot.of(action))
+    if readable is not None:
+        yield from _authority_changes(snap, action, readable)
+
+
+_CONFIG_SURFACES: Final[
+    tuple[tuple[DriftSurface, Callable[[ActionConfigSnapshot], object]], ...]
+] = (
+    (S.CREATE_PATH, lambda a: a.create_path_template),
+    (S.UPDATE_PATH, lambda a: a.update_path_template),
+    (S.RESPONSE_ID_PATH, lambda a: a.response_id_path),
+    (S.MIRROR_FIELDS, lambda a: a.mirror),
+    (S.MAPPING, lambda a: (a.mapping_fingerprint, a.body_fingerprint)),
+)
+
+
+def _config_changes(old: ActionConfigSnapshot, new: ActionConfigSnapshot) -> Iterator[Change]:
+    for surface, read in _CONFIG_SURFACES:
+        if read(old) != read(new):
+            yield surface, f"{read(old)!r} -> {read(new)!r}"
+
+
+def _authority_changes(
+    snap: Durable, action: ActionSlot, readable: frozenset[str]
+) -> Iterator[Change]:
+    mapped = {m.source_field for m in action.mappings}
+    if isinstance(snap, AttemptSnapshot):
+        if set(snap.authority.allowed_fields) != mapped & readable:
+            yield S.SOURCE_AUTHORITY, "current readable fields differ from the frozen set"
+    elif not mapped <= readable:
+        yield S.SOURCE_AUTHORITY, f"unreadable now: {sorted(mapped - readable)}"
+
+
+def _destination_changes(snap: Durable, destination: DestinationSlot) -> Iterator[Change]:
+    if destination.target_object != snap.names.target_object:
+        yield S.TARGET_RENAMED, f"{snap.names.target_object} -> {destination.target_object}"
+
+
+def _profile_changes(old: ProfileSnapshot, new: ProfileSnapshot) -> Iterator[Change]:
+    changes: list[Change] = []
+    if old.credential_ref != new.credential_ref:
+        changes.append((S.CREDENTIAL_REF, f"{old.credential_ref} -> {new.credential_ref}"))
+    elif old.credential_generation_hash != new.credential_generation_hash:
+        changes.append((S.CREDENTIAL_GENERATION, "credential generation changed"))
+    if (old.endpoint_class, old.endpoint_binding_hash) != (
+        new.endpoint_class,
+        new.endpoint_binding_hash,
+    ):
+        changes.append((S.ENDPOINT, f"{old.endpoint_class} -> {new.endpoint_class}"))
+    if old.retry_policy_hash != new.retry_policy_hash:
+        changes.append((S.RETRY_POLICY, "retry policy changed"))
+    if _idempotency(old) != _idempotency(new):
+        changes.append((S.IDEMPOTENCY_SUPPORT, f"{_idempotency(old)} -> {_idempotency(new)}"))
+    if not changes and old.profile_payload_hash != new.profile_payload_hash:
+        changes.append((S.PROFILE_PAYLOAD, "profile declarations changed"))
+    yield from changes
+
+
+def _idempotency(p: ProfileSnapshot) -> tuple[object, ...]:
+    return (p.post_idempotency_header, p.patch_replay_safe, p.locator_recovery)
+
+
+def _refine(surface: DriftSurface, snap: Durable, active: ActiveMetadata | None) -> Disposition:
+    link_column, attempt_column = MATRIX[surface]
+    is_link = isinstance(snap, LinkSnapshot)
+    default = link_column if is_link else attempt_column
+    profile = active.profile if active else None
+    match surface:
+        case S.CREDENTIAL_REF if is_link and _rotation_safe(snap.profile, profile):
+            return Disposition.BENIGN
+        case S.CREDENTIAL_GENERATION if _rotation_safe(snap.profile, profile) and (
+            is_link or snap.profile.post_replay_safe
+        ):
+            return Disposition.BENIGN if is_link else Disposition.FROZEN_NO_EFFECT
+        case S.UPDATE_PATH if isinstance(snap, LinkSnapshot) and _same_route(snap, active):
+            return Disposition.BENIGN
+        case _:
+            return default
+
+
+def _rotation_safe(frozen: ProfileSnapshot, active: Profile | None) -> bool:
+    """Both the frozen and the active profile declare rotation keeps the destination."""
+    return frozen.credential_rotation_same_destination and bool(
+        active and active.credential_rotation_same_destination
+    )
+
+
+def _same_route(link: LinkSnapshot, active: ActiveMetadata | None) -> bool:
+    if active is None or active.action is None:
+        return False
+    values = {"target": link.names.target_object, "remoteId": link.remote_id}
+    try:
+        old = render(link.action.update_path_template, values)
+        return old == render(active.action.update_path, values)
+    except TemplateError:
+        return False

@@ -1,0 +1,93 @@
+"""Link identity (SPEC ID-2): the durable owner key of one logical push."""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+ACTION_TYPE: Final = "PushToConnector"
+LINK_KEY_PREFIX: Final = "lk1_"
+LINK_KEY_DOMAIN: Final = b"connector-push/link-key/v1\x00"
+
+# Categories rejected inside a part: control characters and lone surrogates
+# (the latter cannot be encoded as UTF-8 at all).
+_FORBIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cs"})
+
+
+class InvalidIdentityPart(ValueError):
+    """One identity part is empty, padded with whitespace or holds control characters."""
+
+    def __init__(self, part: str, problem: str) -> None:
+        super().__init__(f"{part}: {problem}")
+        self.part = part
+        self.problem = problem
+
+
+def check_part(part: str, value: str) -> str:
+    """Return `value` unchanged, or raise `InvalidIdentityPart` naming `part`."""
+    if not value:
+        raise InvalidIdentityPart(part, "must not be empty")
+    if value != value.strip():
+        raise InvalidIdentityPart(part, "must not have leading or trailing whitespace")
+    if any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES for ch in value):
+        raise InvalidIdentityPart(part, "must not contain control characters")
+    return value
+
+
+def hash_parts(domain: bytes, parts: tuple[str, ...]) -> str:
+    """sha256 hex over `domain` and each part as 4-byte big-endian length + UTF-8 bytes."""
+    digest = hashlib.sha256(domain)
+    for part in parts:
+        raw = part.encode("utf-8")
+        digest.update(len(raw).to_bytes(4, "big"))
+        digest.update(raw)
+    return digest.hexdigest()
+
+
+def link_key(
+    owner_key: str,
+    action_slot_id: str,
+    source_object: str,
+    source_record_id: str,
+    destination_slot_id: str,
+) -> str:
+    """The ID-2 link key; raises `InvalidIdentityPart` on a malformed part."""
+    parts = (
+        check_part("ConnectorOwnerKey", owner_key),
+        check_part("ActionSlotId", action_slot_id),
+        ACTION_TYPE,
+        check_part("SourceObject", source_object),
+        check_part("SourceRecordId", source_record_id),
+        check_part("DestinationSlotId", destination_slot_id),
+    )
+    return LINK_KEY_PREFIX + hash_parts(LINK_KEY_DOMAIN, parts)
+
+
+class LinkIdentity(BaseModel):
+    """The stable parts of one link; `.key` is its ID-2 link key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    connector_owner_key: str
+    action_slot_id: str
+    source_object: str
+    source_record_id: str
+    destination_slot_id: str
+
+    @model_validator(mode="after")
+    def _parts_are_valid(self) -> LinkIdentity:
+        self.key  # noqa: B018 - validates every part
+        return self
+
+    @property
+    def key(self) -> str:
+        return link_key(
+            self.connector_owner_key,
+            self.action_slot_id,
+            self.source_object,
+            self.source_record_id,
+            self.destination_slot_id,
+        )

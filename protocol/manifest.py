@@ -1,0 +1,319 @@
+"""Pack manifest model (SPEC PACK-1): trusted, pack-authored connector metadata.
+
+Callers parse YAML themselves and hand the mapping to `parse_manifest`; every
+problem is reported as `path: message` naming the manifest field.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import model_validator as _model_validator
+from pydantic.alias_generators import to_camel
+
+from protocol.identity import check_part
+from protocol.jsonpath import parse_id_path
+from protocol.templates import (
+    CREATE_PLACEHOLDERS,
+    LOOKUP_PLACEHOLDERS,
+    UPDATE_PLACEHOLDERS,
+    check_template,
+)
+
+
+def _stable_id(value: str) -> str:
+    return check_part("id", value)
+
+
+def _create_path(value: str) -> str:
+    check_template(value, CREATE_PLACEHOLDERS, frozenset())
+    return value
+
+
+def _update_path(value: str) -> str:
+    check_template(value, UPDATE_PLACEHOLDERS, frozenset({"remoteId"}))
+    return value
+
+
+def _lookup_path(value: str) -> str:
+    check_template(value, LOOKUP_PLACEHOLDERS, frozenset({"locator"}))
+    return value
+
+
+def _id_path(value: str) -> str:
+    parse_id_path(value)
+    return value
+
+
+def _base_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")) or value.endswith("/"):
+        raise ValueError("must be an http(s) URL without a trailing '/'")
+    return value
+
+
+StableId = Annotated[str, AfterValidator(_stable_id)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+CreatePath = Annotated[str, AfterValidator(_create_path)]
+UpdatePath = Annotated[str, AfterValidator(_update_path)]
+LookupPath = Annotated[str, AfterValidator(_lookup_path)]
+ResponseIdPath = Annotated[str, AfterValidator(_id_path)]
+
+
+class PackModel(BaseModel):
+    """Manifest models: camelCase keys, unknown keys rejected, immutable."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        coerce_numbers_to_str=True,
+    )
+
+
+class AssociationMode(StrEnum):
+    CREATE_INLINE = "create_inline"
+    UPDATE_ONLY = "update_only"
+
+
+class LineageKind(StrEnum):
+    REBIND = "rebind"
+    RETIRE = "retire"
+
+
+class MirrorSpec(PackModel):
+    """The compatibility mirror field pair written back on the local record."""
+
+    remote_id_field: NonEmpty
+    provenance_field: NonEmpty
+
+
+class MappingRow(PackModel):
+    source_field: NonEmpty
+    remote_property: NonEmpty
+    required: bool = False
+
+
+class AssociationContract(PackModel):
+    """A lookup field whose target record's remote id goes into `remote_property`."""
+
+    id: StableId
+    source_field: NonEmpty
+    target_action_slot: StableId
+    mode: AssociationMode
+    remote_property: NonEmpty
+
+
+class ActionSlot(PackModel):
+    id: StableId
+    flow_developer_name: NonEmpty
+    flow_action_name: NonEmpty
+    flow_version: NonEmpty
+    source_object: StableId
+    destination_slot: StableId
+    create_path: CreatePath
+    update_path: UpdatePath
+    response_id_path: ResponseIdPath
+    body_envelope: str | None = "properties"
+    mirror: MirrorSpec
+    mappings: tuple[MappingRow, ...] = Field(min_length=1)
+    associations: tuple[AssociationContract, ...] = ()
+
+    @_model_validator(mode="after")
+    def _remote_properties_unique(self) -> ActionSlot:
+        owners = [m.remote_property for m in self.mappings]
+        owners += [a.remote_property for a in self.associations]
+        duplicated = sorted(p for p, n in Counter(owners).items() if n > 1)
+        if duplicated:
+            raise ValueError(f"mappings: remote property mapped more than once: {duplicated}")
+        return self
+
+
+class DestinationSlot(PackModel):
+    id: StableId
+    target_object: StableId
+    remote_scope: NonEmpty
+    profile: NonEmpty
+
+
+class RetryPolicy(PackModel):
+    max_attempts: int = Field(ge=1)
+    initial_interval_ms: int = Field(gt=0)
+    backoff_coefficient: float = Field(default=2.0, ge=1.0)
+    max_interval_ms: int = Field(default=60_000, gt=0)
+
+
+class PostIdempotency(PackModel):
+    """The remote de-duplicates POSTs carrying the same key in `header`."""
+
+    header: NonEmpty
+
+
+class Idempotency(PackModel):
+    post: PostIdempotency | None = None
+    patch_replay_safe: bool = False
+
+
+class Precondition(PackModel):
+    """An optimistic-concurrency header the remote honours on PATCH (e.g. If-Match)."""
+
+    header: NonEmpty
+
+
+class LocatorRecovery(PackModel):
+    """Unique-locator recovery: the runtime fills `remote_property` with its locator
+    at create time and, after an ambiguous POST, GETs `lookup_path` to find the object."""
+
+    remote_property: NonEmpty
+    lookup_path: LookupPath
+
+
+class Profile(PackModel):
+    name: StableId
+    credential_ref: NonEmpty
+    credential_generation: str | None = None
+    credential_rotation_same_destination: bool = False
+    endpoint_class: NonEmpty
+    base_url: Annotated[str, AfterValidator(_base_url)]
+    retry_policy: RetryPolicy
+    idempotency: Idempotency = Idempotency()
+    precondition: Precondition | None = None
+    locator_recovery: LocatorRecovery | None = None
+
+
+class LineageEntry(PackModel):
+    kind: LineageKind
+    from_slot: StableId
+    to_slot: StableId | None = None
+
+    @_model_validator(mode="after")
+    def _target_matches_kind(self) -> LineageEntry:
+        if self.kind is LineageKind.REBIND and self.to_slot is None:
+            raise ValueError("toSlot: a rebind needs a target slot")
+        if self.kind is LineageKind.RETIRE and self.to_slot is not None:
+            raise ValueError("toSlot: a retirement has no target slot")
+        return self
+
+
+class PackManifest(PackModel):
+    connector_owner_key: StableId
+    namespace: NonEmpty
+    action_slots: tuple[ActionSlot, ...] = Field(min_length=1)
+    destination_slots: tuple[DestinationSlot, ...] = Field(min_length=1)
+    profiles: tuple[Profile, ...] = Field(min_length=1)
+    lineage: tuple[LineageEntry, ...] = ()
+
+    @_model_validator(mode="after")
+    def _references_resolve(self) -> PackManifest:
+        problems = list(_manifest_problems(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def action_slot(self, slot_id: str) -> ActionSlot | None:
+        return next((s for s in self.action_slots if s.id == slot_id), None)
+
+    def destination_slot(self, slot_id: str) -> DestinationSlot | None:
+        return next((d for d in self.destination_slots if d.id == slot_id), None)
+
+    def profile(self, name: str) -> Profile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
+def _duplicates(field: str, ids: list[str]) -> Iterator[str]:
+    seen: set[str] = set()
+    for index, value in enumerate(ids):
+        if value in seen:
+            yield f"{field}[{index}]: duplicate id {value!r}"
+        seen.add(value)
+
+
+def _manifest_problems(m: PackManifest) -> Iterator[str]:
+    yield from _duplicates("actionSlots", [s.id for s in m.action_slots])
+    yield from _duplicates("destinationSlots", [d.id for d in m.destination_slots])
+    yield from _duplicates("profiles", [p.name for p in m.profiles])
+    slots = {s.id for s in m.action_slots}
+    destinations = {d.id for d in m.destination_slots}
+    profiles = {p.name for p in m.profiles}
+    for i, slot in enumerate(m.action_slots):
+        if slot.destination_slot not in destinations:
+            yield (
+                f"actionSlots[{i}].destinationSlot: {slot.destination_slot!r} "
+                "is not declared in destinationSlots"
+            )
+        for j, assoc in enumerate(slot.associations):
+            if assoc.target_action_slot not in slots:
+                yield (
+                    f"actionSlots[{i}].associations[{j}].targetActionSlot: "
+                    f"{assoc.target_action_slot!r} is not a declared action slot"
+                )
+    for i, dest in enumerate(m.destination_slots):
+        if dest.profile not in profiles:
+            yield f"destinationSlots[{i}].profile: {dest.profile!r} is not a declared profile"
+    yield from _lineage_problems(m, slots)
+
+
+def _lineage_problems(m: PackManifest, slots: set[str]) -> Iterator[str]:
+    edges: dict[str, str] = {}
+    for i, entry in enumerate(m.lineage):
+        if entry.from_slot in edges or entry.from_slot in {e.from_slot for e in m.lineage[:i]}:
+            yield f"lineage[{i}].fromSlot: {entry.from_slot!r} already has a lineage entry"
+        if entry.from_slot in slots:
+            yield f"lineage[{i}].fromSlot: {entry.from_slot!r} is still an active action slot"
+        if entry.to_slot is not None:
+            edges[entry.from_slot] = entry.to_slot
+    for i, entry in enumerate(m.lineage):
+        if entry.to_slot is not None and _reaches(edges, entry.to_slot, entry.from_slot):
+            yield f"lineage[{i}]: cycle through {entry.from_slot!r}"
+
+
+def _reaches(edges: Mapping[str, str], start: str, goal: str) -> bool:
+    node: str | None = start
+    visited: set[str] = set()
+    while node is not None and node not in visited:
+        if node == goal:
+            return True
+        visited.add(node)
+        node = edges.get(node)
+    return False
+
+
+def lineage_predecessors(manifest: PackManifest, slot_id: str) -> tuple[str, ...]:
+    """Every slot id rebound (directly or transitively) into `slot_id` (ID-6)."""
+    found: list[str] = []
+    frontier = [slot_id]
+    while frontier:
+        current = frontier.pop()
+        for entry in manifest.lineage:
+            if entry.to_slot == current and entry.from_slot not in found:
+                found.append(entry.from_slot)
+                frontier.append(entry.from_slot)
+    return tuple(found)
+
+
+class ManifestInvalid(ValueError):
+    """A manifest rejected before anything is written; `problems` are `path: message`."""
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        super().__init__("invalid pack manifest:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+    return text.lstrip(".") or "manifest"
+
+
+def parse_manifest(data: Mapping[str, object]) -> PackManifest:
+    """Validate a parsed manifest document; raises `ManifestInvalid`."""
+    try:
+        return PackManifest.model_validate(data)
+    except ValidationError as error:
+        problems = tuple(
+            f"{_loc(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in error.errors()
+        )
+        raise ManifestInvalid(problems) from error

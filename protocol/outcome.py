@@ -1,0 +1,273 @@
+"""Remote outcome interpretation (SPEC POST-4, REC-1, PATCH-3).
+
+Every function maps what the transport observed to the one thing the caller
+may do next. Replaying a request is allowed only when the *frozen* profile
+declares it replay-safe; anything else that may have had an effect is ambiguous.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
+from typing import Literal, assert_never
+
+from pydantic import Field, JsonValue, field_validator
+
+from protocol.canonical import sha256_hex
+from protocol.errors import SuspendReason
+from protocol.jsonpath import extract_id
+from protocol.snapshots import ProfileSnapshot, Snapshot
+from protocol.states import AttemptStatus
+
+# 408 Request Timeout, 425 Too Early, 429 Too Many Requests: "not processed (yet)".
+_RETRY_STATUSES = frozenset({408, 425, 429})
+_PATCH_DELETED = frozenset({404, 410})
+_PATCH_CONFLICT = frozenset({409, 412})
+
+
+class Transport(StrEnum):
+    RESPONSE = "response"  # an HTTP status line was read
+    NOT_SENT = "not_sent"  # connect failed: the request provably never left
+    TIMEOUT = "timeout"  # the request may have been sent
+    RESET_AFTER_SEND = "reset_after_send"
+    ERROR_AFTER_SEND = "error_after_send"
+
+
+class Observation(Snapshot):
+    """What one send observed. `remote_io_previously_started`: the checkpoint was
+    already set when this try began, so an earlier send may have landed."""
+
+    transport: Transport
+    status: int | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: bytes | None = None
+    remote_io_previously_started: bool = False
+    now: datetime | None = None  # only to resolve an HTTP-date Retry-After
+
+    @field_validator("headers")
+    @classmethod
+    def _lowercase_names(cls, headers: dict[str, str]) -> dict[str, str]:
+        return {name.lower(): value for name, value in headers.items()}
+
+
+class Created(Snapshot):
+    kind: Literal["created"] = "created"
+    remote_id: str
+    status: int
+    body_hash: str
+
+
+class RemoteRejected(Snapshot):
+    kind: Literal["remote_rejected"] = "remote_rejected"
+    status: int
+    body_hash: str | None
+
+
+class RetrySameRequest(Snapshot):
+    kind: Literal["retry_same_request"] = "retry_same_request"
+    reason: str
+
+
+class RateLimited(Snapshot):
+    kind: Literal["rate_limited"] = "rate_limited"
+    retry_after_seconds: float | None
+
+
+class Ambiguous(Snapshot):
+    """No POST may follow; `locator_recovery` says a unique-locator lookup may resolve it."""
+
+    kind: Literal["ambiguous"] = "ambiguous"
+    reason: str
+    locator_recovery: bool
+
+
+PostOutcome = Created | RemoteRejected | RetrySameRequest | RateLimited | Ambiguous
+
+
+def body_hash(body: bytes | None) -> str | None:
+    return sha256_hex(body) if body is not None else None
+
+
+def parse_json(body: bytes | None) -> JsonValue | None:
+    try:
+        parsed: JsonValue = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return parsed
+
+
+def parse_retry_after(value: str | None, now: datetime | None) -> float | None:
+    """Delta-seconds, or an HTTP-date resolved against the caller's clock."""
+    if value is None:
+        return None
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - now).total_seconds()) if now is not None else None
+
+
+def interpret_post(
+    obs: Observation, response_id_path: str, profile: ProfileSnapshot
+) -> PostOutcome:
+    """Interpret one create POST against the frozen `responseIdPath` and profile."""
+    locator = profile.locator_recovery is not None
+    replay_safe = profile.post_replay_safe
+    match obs.transport:
+        case Transport.NOT_SENT:
+            if obs.remote_io_previously_started and not replay_safe:
+                return Ambiguous(reason="earlier_send_may_have_landed", locator_recovery=locator)
+            return RetrySameRequest(reason="not_sent")
+        case Transport.TIMEOUT | Transport.RESET_AFTER_SEND | Transport.ERROR_AFTER_SEND:
+            if replay_safe:
+                return RetrySameRequest(reason=f"{obs.transport.value}_replay_safe")
+            return Ambiguous(reason=obs.transport.value, locator_recovery=locator)
+        case Transport.RESPONSE:
+            return _interpret_status(obs, response_id_path, replay_safe, locator)
+        case _:
+            assert_never(obs.transport)
+
+
+def _interpret_status(
+    obs: Observation, response_id_path: str, replay_safe: bool, locator: bool
+) -> PostOutcome:
+    status = obs.status or 0
+    if 200 <= status < 300:
+        remote_id = extract_id(parse_json(obs.body), response_id_path)
+        if remote_id is None:
+            return Ambiguous(reason="unparseable_success", locator_recovery=locator)
+        return Created(remote_id=remote_id, status=status, body_hash=body_hash(obs.body) or "")
+    if status in _RETRY_STATUSES or 500 <= status < 600:
+        if not replay_safe:
+            return Ambiguous(reason=f"status_{status}_not_replay_safe", locator_recovery=locator)
+        if status == 429:
+            retry_after = parse_retry_after(obs.headers.get("retry-after"), obs.now)
+            return RateLimited(retry_after_seconds=retry_after)
+        return RetrySameRequest(reason=f"status_{status}")
+    if 400 <= status < 500 and status != 409:
+        return RemoteRejected(status=status, body_hash=body_hash(obs.body))
+    # 409 (e.g. a unique value already exists), 1xx/3xx or no status: effect unknown.
+    return Ambiguous(reason=f"status_{status}", locator_recovery=locator)
+
+
+class ResumeAction(StrEnum):
+    CLAIM_AND_POST = "claim_and_post"
+    RETRY_SAME_REQUEST = "retry_same_request"
+    RECOVER_BY_LOCATOR = "recover_by_locator"
+    MARK_AMBIGUOUS = "mark_ambiguous"
+    RESUME_WRITEBACK = "resume_writeback"
+    NOTHING = "nothing"
+
+
+def resume_post(
+    status: AttemptStatus, remote_io_started: bool, profile: ProfileSnapshot
+) -> ResumeAction:
+    """What a (re)started POST activity may do with the attempt it reads first (REC-1)."""
+    match status:
+        case AttemptStatus.PENDING:
+            return ResumeAction.CLAIM_AND_POST
+        case AttemptStatus.PROCESSING if not remote_io_started:
+            return ResumeAction.CLAIM_AND_POST
+        case AttemptStatus.PROCESSING | AttemptStatus.POST_SENT:
+            return _after_possible_effect(profile)
+        case AttemptStatus.WRITEBACK_PENDING:
+            return ResumeAction.RESUME_WRITEBACK
+        case (
+            AttemptStatus.AMBIGUOUS_REMOTE_EFFECT
+            | AttemptStatus.FINALIZED
+            | AttemptStatus.TERMINAL_FAILED
+            | AttemptStatus.SUPERSEDED
+        ):
+            return ResumeAction.NOTHING
+        case _:
+            assert_never(status)
+
+
+def _after_possible_effect(profile: ProfileSnapshot) -> ResumeAction:
+    if profile.post_replay_safe:
+        return ResumeAction.RETRY_SAME_REQUEST
+    if profile.locator_recovery is not None:
+        return ResumeAction.RECOVER_BY_LOCATOR
+    return ResumeAction.MARK_AMBIGUOUS
+
+
+class LocatorFound(Snapshot):
+    kind: Literal["locator_found"] = "locator_found"
+    remote_id: str
+
+
+class LocatorAbsent(Snapshot):
+    """The unique locator proves no object was created: the same frozen request may be
+    re-sent (the remote's uniqueness on the locator property rejects a duplicate)."""
+
+    kind: Literal["locator_absent"] = "locator_absent"
+
+
+LocatorOutcome = LocatorFound | LocatorAbsent | Ambiguous
+
+
+def interpret_locator_lookup(obs: Observation, response_id_path: str) -> LocatorOutcome:
+    if obs.transport is Transport.RESPONSE and obs.status == 404:
+        return LocatorAbsent()
+    if obs.transport is Transport.RESPONSE and obs.status == 200:
+        remote_id = extract_id(parse_json(obs.body), response_id_path)
+        if remote_id is not None:
+            return LocatorFound(remote_id=remote_id)
+    return Ambiguous(reason="locator_lookup_inconclusive", locator_recovery=True)
+
+
+class PatchSucceeded(Snapshot):
+    kind: Literal["patch_succeeded"] = "patch_succeeded"
+
+
+class PatchSuspendLink(Snapshot):
+    kind: Literal["patch_suspend_link"] = "patch_suspend_link"
+    reason: SuspendReason
+    status: int
+
+
+class PatchFailed(Snapshot):
+    kind: Literal["patch_failed"] = "patch_failed"
+    status: int
+
+
+class PatchRetry(Snapshot):
+    kind: Literal["patch_retry"] = "patch_retry"
+    retry_after_seconds: float | None = None
+
+
+class PatchAmbiguous(Snapshot):
+    kind: Literal["patch_ambiguous"] = "patch_ambiguous"
+    reason: str
+
+
+PatchOutcome = PatchSucceeded | PatchSuspendLink | PatchFailed | PatchRetry | PatchAmbiguous
+
+
+def interpret_patch(obs: Observation, patch_replay_safe: bool) -> PatchOutcome:
+    """PATCH-3: 404/410 and 409/412 suspend the link; never a replacement POST."""
+    replayable = patch_replay_safe or not obs.remote_io_previously_started
+    if obs.transport is Transport.NOT_SENT:
+        return PatchRetry() if replayable else PatchAmbiguous(reason="earlier_send")
+    if obs.transport is not Transport.RESPONSE or obs.status is None:
+        return PatchRetry() if patch_replay_safe else PatchAmbiguous(reason=obs.transport.value)
+    status = obs.status
+    if 200 <= status < 300:
+        return PatchSucceeded()
+    if status in _PATCH_DELETED:
+        return PatchSuspendLink(reason=SuspendReason.REMOTE_DELETED, status=status)
+    if status in _PATCH_CONFLICT:
+        return PatchSuspendLink(reason=SuspendReason.REMOTE_CONFLICT, status=status)
+    if status in _RETRY_STATUSES or 500 <= status < 600:
+        if not patch_replay_safe:
+            return PatchAmbiguous(reason=f"status_{status}_not_replay_safe")
+        return PatchRetry(
+            retry_after_seconds=parse_retry_after(obs.headers.get("retry-after"), obs.now)
+        )
+    if 400 <= status < 500:
+        return PatchFailed(status=status)
+    return PatchAmbiguous(reason=f"status_{status}")
