@@ -6,10 +6,11 @@ problem is reported as `path: message` naming the manifest field.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic import model_validator as _model_validator
@@ -211,7 +212,7 @@ class PackManifest(PackModel):
     def _references_resolve(self) -> PackManifest:
         problems = list(_manifest_problems(self))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("\n".join(problems))
         return self
 
     def action_slot(self, slot_id: str) -> ActionSlot | None:
@@ -303,9 +304,20 @@ class ManifestInvalid(ValueError):
         self.problems = problems
 
 
-def _loc(loc: tuple[int | str, ...]) -> str:
-    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
-    return text.lstrip(".") or "manifest"
+_RELATIVE_PATH: Final = re.compile(
+    r"^([A-Za-z][A-Za-z0-9]*(?:\[\d+\])?(?:\.[A-Za-z][A-Za-z0-9]*)*): "
+)
+
+
+def _problem(loc: tuple[int | str, ...], message: str) -> str:
+    """`path: message`, folding a validator's own `field: ...` prefix into the path."""
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    message = message.removeprefix("Value error, ")
+    relative = _RELATIVE_PATH.match(message)
+    if relative:
+        path = f"{path}.{relative.group(1)}" if path else relative.group(1)
+        message = message[relative.end() :]
+    return f"{path or 'manifest'}: {message}"
 
 
 def parse_manifest(data: Mapping[str, object]) -> PackManifest:
@@ -314,6 +326,8 @@ def parse_manifest(data: Mapping[str, object]) -> PackManifest:
         return PackManifest.model_validate(data)
     except ValidationError as error:
         problems = tuple(
-            f"{_loc(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in error.errors()
+            _problem(e["loc"], line.removeprefix("Value error, "))
+            for e in error.errors()
+            for line in e["msg"].split("\n")
         )
         raise ManifestInvalid(problems) from error
