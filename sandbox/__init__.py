@@ -1,1 +1,1 @@
-"""connector-push: sandbox layer."""
+"""Sandbox remote: a HubSpot-shaped HTTP server with fault injection and a create ledger."""

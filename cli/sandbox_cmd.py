@@ -1,0 +1,45 @@
+"""`connector-push sandbox`: serve the sandbox remote (objects API, faults, ledger)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from pydantic import ValidationError
+
+from cli.errors import fail
+from sandbox.config import SandboxConfig
+from sandbox.server import run_sandbox
+
+
+def load_sandbox_config(config_file: Path | None, persist: Path | None) -> SandboxConfig:
+    """Read the YAML config (defaults without one); `--persist` overrides its persist_path."""
+    raw = yaml.safe_load(config_file.read_text("utf-8")) if config_file is not None else None
+    config = SandboxConfig.model_validate(raw or {})
+    if persist is not None:
+        config = config.model_copy(update={"persist_path": persist})
+    return config
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `sandbox` command."""
+
+    @app.command("sandbox")
+    def sandbox_command(
+        port: Annotated[int, typer.Option(help="TCP port to listen on.")] = 8090,
+        host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+        persist: Annotated[
+            Path | None, typer.Option(help="JSON file keeping state across restarts.")
+        ] = None,
+        config: Annotated[
+            Path | None, typer.Option(help="YAML SandboxConfig (object types, seed).")
+        ] = None,
+    ) -> None:
+        """Serve the sandbox remote; see /_sandbox/ledger for the create ledger."""
+        try:
+            sandbox_config = load_sandbox_config(config, persist)
+        except (OSError, yaml.YAMLError, ValidationError) as exc:
+            fail(f"sandbox config: {exc}")
+        run_sandbox(sandbox_config, host, port)

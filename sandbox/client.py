@@ -1,0 +1,58 @@
+"""A typed async client for the sandbox admin API, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import httpx
+from pydantic import TypeAdapter
+
+from sandbox.faults import FaultRuleSpec, FaultRuleView
+from sandbox.state import CallbackCompletion, LedgerEntry, LedgerKind
+
+_RULES = TypeAdapter(list[FaultRuleView])
+_ENTRIES = TypeAdapter(list[LedgerEntry])
+_COMPLETIONS = TypeAdapter(list[CallbackCompletion])
+
+
+class SandboxClient:
+    """Admin calls against one sandbox; the caller owns `http` and closes it."""
+
+    def __init__(self, base_url: str, http: httpx.AsyncClient) -> None:
+        self._base = base_url.rstrip("/") + "/_sandbox"
+        self._http = http
+
+    async def add_fault(self, rule: FaultRuleSpec) -> FaultRuleView:
+        """Arm a fault rule; returns it with its id."""
+        response = await self._http.post(f"{self._base}/faults", content=rule.model_dump_json())
+        return FaultRuleView.model_validate_json(response.raise_for_status().content)
+
+    async def faults(self) -> list[FaultRuleView]:
+        """Armed rules with their matched/fired counters."""
+        response = await self._http.get(f"{self._base}/faults")
+        return _RULES.validate_python(response.raise_for_status().json()["rules"])
+
+    async def clear_faults(self) -> None:
+        """Drop every fault rule."""
+        (await self._http.delete(f"{self._base}/faults")).raise_for_status()
+
+    async def ledger(
+        self, object_type: str | None = None, kind: LedgerKind | None = None
+    ) -> list[LedgerEntry]:
+        """Ledger entries in order, optionally only one object type and/or kind."""
+        params = {k: v for k, v in (("object_type", object_type), ("kind", kind)) if v}
+        response = await self._http.get(f"{self._base}/ledger", params=params)
+        return _ENTRIES.validate_python(response.raise_for_status().json()["entries"])
+
+    async def callbacks(self) -> list[CallbackCompletion]:
+        """Callback completions received, in arrival order."""
+        response = await self._http.get(f"{self._base}/callbacks")
+        return _COMPLETIONS.validate_python(response.raise_for_status().json()["completions"])
+
+    async def objects(self, object_type: str) -> list[dict[str, object]]:
+        """Every stored object of a type, HubSpot-shaped."""
+        response = await self._http.get(f"{self._base}/objects/{object_type}")
+        results: list[dict[str, object]] = response.raise_for_status().json()["results"]
+        return results
+
+    async def reset(self) -> None:
+        """Forget all objects, ledger, idempotency records, callbacks and fault rules."""
+        (await self._http.post(f"{self._base}/reset")).raise_for_status()

@@ -1,0 +1,46 @@
+"""Sandbox configuration: object types, their unique properties and idempotency support."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# HubSpot allows at most ten unique-value properties per object type.
+MAX_UNIQUE_PROPERTIES = 10
+
+
+class ObjectTypeConfig(BaseModel):
+    """How one object type behaves: which properties are unique, whether keys are honoured."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    unique_properties: tuple[str, ...] = Field(default=(), max_length=MAX_UNIQUE_PROPERTIES)
+    idempotency: bool = False
+
+
+def _default_object_types() -> dict[str, ObjectTypeConfig]:
+    # HubSpot dedupes contacts by email; companies and deals have no natural unique key.
+    return {
+        "contacts": ObjectTypeConfig(unique_properties=("email",)),
+        "companies": ObjectTypeConfig(),
+        "deals": ObjectTypeConfig(),
+    }
+
+
+class SandboxConfig(BaseModel):
+    """Everything a sandbox server is started with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    object_types: dict[str, ObjectTypeConfig] = Field(default_factory=_default_object_types)
+    seed: int = 0
+    persist_path: Path | None = None
+    first_id: int = Field(default=1001, ge=1)
+    callback_duplicate_status: int = Field(default=204, ge=200, le=599)
+
+    @model_validator(mode="after")
+    def _types_present(self) -> SandboxConfig:
+        if not self.object_types:
+            raise ValueError("object_types must name at least one object type")
+        return self

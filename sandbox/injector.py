@@ -1,0 +1,116 @@
+"""ASGI middleware that applies the first firing fault rule to a remote-API request."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import assert_never
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sandbox.connections import ConnectionRegistry
+from sandbox.faults import FaultBook, FaultRuleSpec
+
+ADMIN_PREFIX = "/_sandbox"
+# An aborted transport reports its loss on the next loop turn; this only bounds the wait.
+RESET_NOTICE_S = 5.0
+
+
+class FaultInjector:
+    """Wraps the app; admin routes under `/_sandbox` are never faulted."""
+
+    def __init__(self, app: ASGIApp, book: FaultBook, connections: ConnectionRegistry) -> None:
+        self._app = app
+        self._book = book
+        self._connections = connections
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI call, faulting it if a rule fires."""
+        rule = None
+        if scope["type"] == "http" and not scope["path"].startswith(ADMIN_PREFIX):
+            rule = self._book.pick(scope["method"], scope["path"])
+        if rule is None:
+            await self._app(scope, receive, send)
+            return
+        await asyncio.sleep(rule.delay_ms / 1000)
+        await self._apply(rule, scope, receive, send)
+
+    async def _apply(self, rule: FaultRuleSpec, scope: Scope, receive: Receive, send: Send) -> None:
+        match rule.action:
+            case "delay_ms":
+                await self._app(scope, receive, send)
+            case "status":
+                await _drain(receive)
+                await _status_response(rule)(scope, receive, send)
+            case "reset_before_effect":
+                await _drain(receive)
+                await self._reset(scope, receive)
+            case "reset_after_effect":
+                await self._app(scope, receive, _swallow)
+                await self._reset(scope, receive)
+            case "hang_after_effect":
+                await self._app(scope, receive, _swallow)
+                await self._hang(rule, scope, receive)
+            case _:
+                assert_never(rule.action)
+
+    async def _hang(self, rule: FaultRuleSpec, scope: Scope, receive: Receive) -> None:
+        try:
+            gone = await _wait_for_disconnect(receive, timeout_s=rule.hang_ms / 1000)
+        except asyncio.CancelledError:
+            # uvicorn cancels request tasks to stop; ending the task ourselves after dropping
+            # the connection has the same effect, without uvicorn logging and answering 500.
+            await self._reset(scope, receive)
+            return
+        if not gone:
+            await self._reset(scope, receive)
+
+    async def _reset(self, scope: Scope, receive: Receive) -> None:
+        self._connections.reset(scope.get("client"))
+        # Let the server see the disconnect, so it does not answer 500 for a silent app.
+        await _wait_for_disconnect(receive, timeout_s=RESET_NOTICE_S)
+
+
+def _status_response(rule: FaultRuleSpec) -> JSONResponse:
+    headers = {"Retry-After": rule.retry_after} if rule.retry_after is not None else {}
+    assert rule.status is not None  # guaranteed by FaultRuleSpec's validator
+    return JSONResponse(_status_body(rule, rule.status), rule.status, headers)
+
+
+def _status_body(rule: FaultRuleSpec, status: int) -> object:
+    if rule.body is not None:
+        return rule.body
+    if status == 429:
+        return {
+            "status": "error",
+            "message": "You have reached your ten_secondly_rolling limit.",
+            "errorType": "RATE_LIMIT",
+            "policyName": "TEN_SECONDLY_ROLLING",
+            "category": "RATE_LIMITS",
+        }
+    return {"status": "error", "message": f"Injected fault {status}", "category": "INJECTED"}
+
+
+async def _swallow(message: Message) -> None:
+    """Discard the app's answer: after-effect faults run it only for its effect."""
+
+
+async def _drain(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+
+
+async def _wait_for_disconnect(receive: Receive, timeout_s: float) -> bool:
+    """Wait until the client disconnects; False if `timeout_s` passed first."""
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    try:
+        await asyncio.wait_for(disconnected(), timeout_s)
+    except TimeoutError:
+        return False
+    return True
