@@ -22,6 +22,9 @@ def _register_all() -> None:
     from cli import worker_cmd
 
     worker_cmd.register(app)
+    from cli import sandbox_cmd
+
+    sandbox_cmd.register(app)
     from cli import link_key
 
     link_key.register(app)
