@@ -18,8 +18,8 @@ from typing import Final, TypeVar
 S = TypeVar("S", bound=StrEnum)
 
 
-class ProtocolError(Exception):
-    """A move the protocol does not allow."""
+class ProtocolError(ValueError):
+    """A move the protocol does not allow (a ValueError, so update validators show it)."""
 
 
 class LinkStatus(StrEnum):

@@ -1,0 +1,12 @@
+"""Test seams inside the create path (no-ops in production).
+
+A fault-injection test subclasses `DispatchHooks` to stall one activity try
+between its claim and its checkpoint, the window REC-1 fencing must cover.
+"""
+
+from __future__ import annotations
+
+
+class DispatchHooks:
+    async def before_checkpoint(self, attempt_id: str) -> None:
+        """Called after the claim committed and before the RemoteIOStartedAt CAS."""

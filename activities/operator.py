@@ -1,0 +1,139 @@
+"""Operator actions (SPEC WF-3), applied under the link lock with compare-and-set.
+
+Every action is re-checked here with `protocol.operator` against the rows just
+read, so a stale workflow view can never apply an illegal move; every action
+stamps who, when and why on the row it changed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+
+from temporalio.exceptions import ApplicationError
+
+from activities.admission import admit_locked
+from activities.mirror import finalize_with_mirror
+from activities.rows import jsonb
+from db import links as q
+from db.errors import RemoteLocatorClaimedError
+from db.records import Conn
+from protocol.admission import CreateReserved, DeferredAssociationReserved, SaveRequest
+from protocol.errors import ActivityErrorType
+from protocol.messages import LinkView, OperatorActionInput
+from protocol.operator import OperatorAction, check_operator_action
+from protocol.states import ProtocolError
+
+ViewFn = Callable[[Conn, str], Awaitable[LinkView]]
+
+
+def _refuse(message: str) -> ApplicationError:
+    return ApplicationError(
+        message, type=ActivityErrorType.TRANSITION_CONFLICT.value, non_retryable=True
+    )
+
+
+async def apply_operator_action(conn: Conn, input: OperatorActionInput, view_of: ViewFn) -> str:
+    """Apply `input` in the caller's transaction; raise a non-retryable refusal otherwise."""
+    view = await view_of(conn, input.link_key)
+    action = OperatorAction(input.action)
+    try:
+        check_operator_action(action, view)
+    except ProtocolError as error:
+        raise _refuse(str(error)) from error
+    match action:
+        case OperatorAction.SUPERSEDE:
+            return await _supersede(conn, input, view)
+        case OperatorAction.RECONCILE:
+            return await _reconcile(conn, input, view)
+        case OperatorAction.RETIRE:
+            assert view.link_status is not None
+            await q.move_link(conn, input.link_key, [view.link_status.value], "retired")
+            await q.record_operator(
+                conn,
+                "connector_remote_link",
+                "link_key",
+                input.link_key,
+                input.operator,
+                input.reason,
+            )
+            return "link retired"
+        case OperatorAction.MARK_TERMINAL:
+            assert view.attempt_id is not None
+            await q.move_attempt(
+                conn,
+                view.attempt_id,
+                ["pending"],
+                "terminal_failed",
+                last_error=f"marked terminal by {input.operator}",
+            )
+            await _stamp_attempt(conn, view.attempt_id, input)
+            return "attempt marked terminal_failed"
+        case OperatorAction.REVALIDATE:
+            raise _refuse("revalidate is not available on this link yet")
+
+
+async def _stamp_attempt(conn: Conn, attempt_id: str, input: OperatorActionInput) -> None:
+    await q.record_operator(
+        conn,
+        "connector_push_attempt",
+        "attempt_id",
+        uuid.UUID(attempt_id),
+        input.operator,
+        input.reason,
+    )
+
+
+async def _supersede(conn: Conn, input: OperatorActionInput, view: LinkView) -> str:
+    assert view.attempt_id is not None
+    old = await q.attempt_by_id(conn, view.attempt_id)
+    assert old is not None
+    await q.supersede_attempt(conn, view.attempt_id, None)
+    await _stamp_attempt(conn, view.attempt_id, input)
+    if not input.reserve_next:
+        return "attempt superseded"
+    key = input.new_idempotency_key or str(uuid.uuid4())
+    save = SaveRequest(
+        connector_owner_key=old["connector_owner_key"],
+        action_slot_id=old["action_slot_id"],
+        destination_slot_id=old["destination_slot_id"],
+        source_object=old["source_object"],
+        source_record_id=old["source_record_id"],
+        originating_user_id=jsonb(old["authority_snapshot"])["originating_user_id"],
+    )
+    decision = await admit_locked(conn, input.link_key, save, key, f"cp-{key}", input.accepted_at)
+    if not isinstance(decision, CreateReserved | DeferredAssociationReserved):
+        reason = getattr(decision, "reason", decision.kind)
+        raise _refuse(f"superseded, but the next attempt was not admitted: {reason}")
+    new = await q.occupying_attempt(conn, input.link_key)
+    assert new is not None
+    await conn.execute(
+        "UPDATE connector_push_attempt SET superseded_by = $2 WHERE attempt_id = $1",
+        uuid.UUID(view.attempt_id),
+        new["attempt_id"],
+    )
+    return f"attempt superseded; attempt #{new['attempt_ordinal']} reserved"
+
+
+async def _reconcile(conn: Conn, input: OperatorActionInput, view: LinkView) -> str:
+    assert view.attempt_id is not None and input.remote_id is not None
+    response = {
+        "status": None,
+        "remote_id": input.remote_id,
+        "reconciled_by": input.operator,
+        "evidence": input.evidence,
+    }
+    try:
+        async with conn.transaction():  # a savepoint: ID-4 refusal leaves the attempt parked
+            await finalize_with_mirror(
+                conn,
+                view.attempt_id,
+                None,
+                input.remote_id,
+                response,
+                expected=("ambiguous_remote_effect",),
+            )
+    except RemoteLocatorClaimedError as error:
+        raise _refuse(f"remote id {input.remote_id} is already linked to another record") from error
+    await _stamp_attempt(conn, view.attempt_id, input)
+    return f"reconciled to remote id {input.remote_id}"

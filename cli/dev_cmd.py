@@ -1,0 +1,174 @@
+"""`connector-push dev`: the whole product on one machine, from `temporal-dev.yaml`.
+
+Embedded Postgres and the Temporal dev server start unless `DATABASE_URL` /
+`TEMPORAL_ADDRESS` point elsewhere; the worker, ingress and sandbox remote run as
+child processes; the demo pack and records are loaded. Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import asyncpg
+import typer
+from rich.console import Console
+
+from cli.errors import fail
+from cli.stack.devconfig import DevConfig, load_dev_config
+from cli.stack.postgres import EmbeddedPostgres
+from cli.stack.process import StackError
+from cli.stack.supervisor import Supervisor
+from cli.stack.temporal import TemporalDevServer
+from db.migrate import apply_migrations
+
+console = Console()
+
+# Steps run after migrations to give a newcomer something to push (set by later modules).
+DemoLoader = Callable[[str, DevConfig], Awaitable[list[str]]]
+DEMO_LOADERS: list[DemoLoader] = []
+
+
+@dataclass
+class Endpoints:
+    database_url: str
+    temporal_address: str
+    ui_url: str | None
+
+
+async def _ensure_database(server: EmbeddedPostgres, name: str) -> None:
+    conn = await asyncpg.connect(server.dsn("postgres"))
+    try:
+        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+        if not exists:
+            await conn.execute(f'CREATE DATABASE "{name}"')  # name from temporal-dev.yaml
+    finally:
+        await conn.close()
+
+
+class DevStack:
+    """Starts and stops the services in dependency order."""
+
+    def __init__(self, config: DevConfig) -> None:
+        self.config = config
+        self.postgres: EmbeddedPostgres | None = None
+        self.temporal: TemporalDevServer | None = None
+        self.children = Supervisor(config.resolve(".dev-data/logs"))
+
+    async def start_postgres(self) -> str:
+        if url := os.environ.get("DATABASE_URL"):
+            return url
+        pg = self.config.postgres
+        self.postgres = EmbeddedPostgres(self.config.resolve(pg.data_dir), pg.host, pg.port)
+        self.postgres.start()
+        await _ensure_database(self.postgres, pg.database)
+        return self.postgres.dsn(pg.database)
+
+    async def start_temporal(self) -> tuple[str, str | None]:
+        if address := os.environ.get("TEMPORAL_ADDRESS"):
+            return address, None
+        cfg = self.config.temporal
+        self.temporal = TemporalDevServer(
+            config=cfg,
+            db_file=self.config.resolve(cfg.db_file),
+            log_path=self.config.resolve(".dev-data/logs/temporal.log"),
+        )
+        self.config.resolve(".dev-data/logs").mkdir(parents=True, exist_ok=True)
+        self.temporal.start()
+        await self.temporal.wait_ready()
+        return self.temporal.address, self.temporal.ui_url
+
+    async def start(self) -> Endpoints:
+        database_url = await self.start_postgres()
+        applied = await apply_migrations(database_url)
+        console.print(f"migrations: {len(applied)} applied" if applied else "migrations: current")
+        address, ui = await self.start_temporal()
+        env = {
+            "DATABASE_URL": database_url,
+            "TEMPORAL_ADDRESS": address,
+            "TEMPORAL_NAMESPACE": self.config.temporal.namespace,
+        }
+        self._start_children(env)
+        for loader in DEMO_LOADERS:
+            for line in await loader(database_url, self.config):
+                console.print(line)
+        return Endpoints(database_url, address, ui)
+
+    def _start_children(self, env: dict[str, str]) -> None:
+        sandbox = self.config.sandbox
+        sandbox_args = ["sandbox", "--host", sandbox.host, "--port", str(sandbox.port)]
+        if sandbox.persist_file:
+            sandbox_args += ["--persist", str(self.config.resolve(sandbox.persist_file))]
+        self.children.spawn_cli("sandbox", sandbox_args, env)
+        self.children.spawn_cli("worker", ["worker"], env)
+        ingress = self.config.ingress
+        self.children.spawn_cli(
+            "ingress",
+            ["ingress", "--host", ingress.host, "--port", str(ingress.port)],
+            {**env, "CONNECTOR_PUSH_INGRESS_CONFIG": str(self.config.resolve("examples/ingress.yaml"))},
+        )
+
+    def stop(self) -> None:
+        self.children.stop_all()
+        if self.temporal is not None:
+            self.temporal.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+
+
+def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
+    console.print("\n[bold green]connector-push dev stack is up[/]")
+    if endpoints.ui_url:
+        console.print(f"  Temporal Web UI   {endpoints.ui_url}")
+    console.print(f"  Temporal gRPC     {endpoints.temporal_address}")
+    console.print(f"  Postgres          {endpoints.database_url}")
+    console.print(f"  Sandbox remote    http://{config.sandbox.host}:{config.sandbox.port}")
+    console.print(f"  Ingress           http://{config.ingress.host}:{config.ingress.port}")
+    console.print(f"  Logs              {config.resolve('.dev-data/logs')}")
+    console.print("\nTry next (in another shell, with `source .venv/bin/activate`):")
+    console.print(f"  export DATABASE_URL={endpoints.database_url}")
+    console.print(f"  export TEMPORAL_ADDRESS={endpoints.temporal_address}")
+    console.print("  connector-push pack show")
+    console.print(
+        f"  curl -s http://{config.sandbox.host}:{config.sandbox.port}/_sandbox/ledger"
+    )
+    console.print("\nCtrl-C stops everything; data stays in .dev-data/ for the next run.")
+
+
+async def _watch(stack: DevStack) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    while not stop.is_set():
+        if exited := stack.children.first_exited():
+            log = stack.children.log_dir / f"{exited.name}.log"
+            console.print(f"[red]{exited.name} exited ({exited.process.returncode}); see {log}[/]")
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=0.5)
+
+
+async def _run(config: DevConfig) -> None:
+    stack = DevStack(config)
+    try:
+        endpoints = await stack.start()
+        _print_endpoints(endpoints, config)
+        await _watch(stack)
+    finally:
+        console.print("stopping…")
+        stack.stop()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("dev")
+    def dev_command() -> None:
+        """Run the local stack: Postgres, Temporal + UI, worker, ingress, sandbox, demo pack."""
+        try:
+            asyncio.run(_run(load_dev_config()))
+        except StackError as exc:
+            fail(str(exc))

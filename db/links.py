@@ -1,0 +1,251 @@
+"""Named queries for links and create attempts (the create path, SPEC §5).
+
+Each function runs one statement on a connection the caller owns (and usually
+holds in a transaction). Every state change is a compare-and-set: the WHERE
+clause names the expected state and a zero-row result is returned as `None` or
+`False`, never ignored (ARCH-2).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+
+from db.records import Conn
+
+Row = asyncpg.Record
+
+# Lanes this runtime claims (LANE-1); any other lane value is left untouched.
+CLAIMABLE_LANES = ["configured"]
+
+
+async def lock_link_key(conn: Conn, link_key: str) -> None:
+    """Serialise admission, dispatch and operator actions of one link key."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", link_key)
+
+
+async def occupying_attempt(conn: Conn, link_key: str) -> Row | None:
+    """The attempt holding the create slot (ID-5), locked for this transaction."""
+    return await conn.fetchrow(
+        """
+        SELECT * FROM connector_push_attempt
+        WHERE link_key = $1 AND status NOT IN ('finalized', 'superseded')
+        FOR UPDATE
+        """,
+        link_key,
+    )
+
+
+async def attempt_by_id(conn: Conn, attempt_id: str) -> Row | None:
+    return await conn.fetchrow(
+        "SELECT * FROM connector_push_attempt WHERE attempt_id = $1 FOR UPDATE",
+        uuid.UUID(attempt_id),
+    )
+
+
+async def latest_attempt(conn: Conn, link_key: str) -> Row | None:
+    return await conn.fetchrow(
+        """
+        SELECT * FROM connector_push_attempt WHERE link_key = $1
+        ORDER BY attempt_ordinal DESC LIMIT 1
+        """,
+        link_key,
+    )
+
+
+async def link_by_key(conn: Conn, link_key: str) -> Row | None:
+    return await conn.fetchrow(
+        "SELECT * FROM connector_remote_link WHERE link_key = $1 FOR UPDATE", link_key
+    )
+
+
+async def attempt_statuses(conn: Conn, link_key: str) -> list[Row]:
+    return await conn.fetch(
+        """
+        SELECT attempt_id, status, attempt_ordinal, dispatch_lane
+        FROM connector_push_attempt WHERE link_key = $1 ORDER BY attempt_ordinal
+        """,
+        link_key,
+    )
+
+
+async def insert_attempt(conn: Conn, values: dict[str, Any]) -> str:
+    """Reserve a `pending` attempt (GATE-2); the ID-5 index rejects a second occupant."""
+    columns = list(values)
+    placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+    attempt_id = await conn.fetchval(
+        f"INSERT INTO connector_push_attempt ({', '.join(columns)}) "
+        f"VALUES ({placeholders}) RETURNING attempt_id",
+        *[_param(values[c]) for c in columns],
+    )
+    return str(attempt_id)
+
+
+async def claim_attempt(conn: Conn, attempt_id: str, token: uuid.UUID) -> Row | None:
+    """pending -> processing (or a lost pre-I/O lease re-claimed) with a fresh fencing token."""
+    return await conn.fetchrow(
+        """
+        UPDATE connector_push_attempt
+        SET status = 'processing', claim_token = $2, claimed_at = now(),
+            retry_count = retry_count + CASE WHEN claim_token IS NULL THEN 0 ELSE 1 END
+        WHERE attempt_id = $1 AND status IN ('pending', 'processing')
+          AND remote_io_started_at IS NULL AND dispatch_lane = ANY($3::text[])
+        RETURNING *
+        """,
+        uuid.UUID(attempt_id),
+        token,
+        CLAIMABLE_LANES,
+    )
+
+
+async def checkpoint_remote_io(conn: Conn, attempt_id: str, token: uuid.UUID) -> bool:
+    """REC-1: write RemoteIOStartedAt iff this claim still owns the row; False -> send nothing."""
+    row = await conn.fetchval(
+        """
+        UPDATE connector_push_attempt SET remote_io_started_at = now()
+        WHERE attempt_id = $1 AND claim_token = $2 AND status = 'processing'
+          AND remote_io_started_at IS NULL
+        RETURNING 1
+        """,
+        uuid.UUID(attempt_id),
+        token,
+    )
+    return row is not None
+
+
+async def reclaim_for_resend(conn: Conn, attempt_id: str, token: uuid.UUID) -> bool:
+    """A replay-safe resend of the same frozen request: rotate the token, keep the checkpoint."""
+    row = await conn.fetchval(
+        """
+        UPDATE connector_push_attempt
+        SET claim_token = $2, claimed_at = now(), retry_count = retry_count + 1,
+            remote_io_started_at = now()
+        WHERE attempt_id = $1 AND status = 'processing' AND remote_io_started_at IS NOT NULL
+          AND dispatch_lane = ANY($3::text[])
+        RETURNING 1
+        """,
+        uuid.UUID(attempt_id),
+        token,
+        CLAIMABLE_LANES,
+    )
+    return row is not None
+
+
+async def move_attempt(
+    conn: Conn,
+    attempt_id: str,
+    expected: list[str],
+    target: str,
+    *,
+    token: uuid.UUID | None = None,
+    last_error: str | None = None,
+    response: dict[str, Any] | None = None,
+    remote_id: str | None = None,
+) -> bool:
+    """Compare-and-set an attempt's status (and fencing token when given)."""
+    row = await conn.fetchval(
+        """
+        UPDATE connector_push_attempt
+        SET status = $3,
+            last_error = COALESCE($5, last_error),
+            response_snapshot = COALESCE($6::jsonb, response_snapshot),
+            remote_id = COALESCE($7, remote_id)
+        WHERE attempt_id = $1 AND status = ANY($2::text[])
+          AND ($4::uuid IS NULL OR claim_token = $4)
+        RETURNING 1
+        """,
+        uuid.UUID(attempt_id),
+        expected,
+        target,
+        token,
+        last_error,
+        json.dumps(response) if response is not None else None,
+        remote_id,
+    )
+    return row is not None
+
+
+async def record_operator(
+    conn: Conn, table: str, key_column: str, key: Any, operator: str, reason: str
+) -> None:
+    """Stamp who/why/when on the row an operator action changed (WF-3)."""
+    assert table in {"connector_push_attempt", "connector_remote_link"}
+    assert key_column in {"attempt_id", "link_key"}
+    await conn.execute(
+        f"UPDATE {table} SET last_operator = $2, last_operator_reason = $3, "
+        f"last_operator_at = now() WHERE {key_column} = $1",
+        key,
+        operator,
+        reason,
+    )
+
+
+async def set_mirror_status(conn: Conn, attempt_id: str, link_key: str, status: str) -> None:
+    await conn.execute(
+        "UPDATE connector_push_attempt SET mirror_status = $2 WHERE attempt_id = $1",
+        uuid.UUID(attempt_id),
+        status,
+    )
+    await conn.execute(
+        "UPDATE connector_remote_link SET mirror_status = $2 WHERE link_key = $1",
+        link_key,
+        status,
+    )
+
+
+async def insert_link(conn: Conn, values: dict[str, Any]) -> None:
+    """Create the `finalized` link; the ID-4 index rejects a remote locator already owned."""
+    columns = list(values)
+    placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+    await conn.execute(
+        f"INSERT INTO connector_remote_link ({', '.join(columns)}) VALUES ({placeholders})",
+        *[_param(values[c]) for c in columns],
+    )
+
+
+async def move_link(conn: Conn, link_key: str, expected: list[str], target: str) -> bool:
+    row = await conn.fetchval(
+        """
+        UPDATE connector_remote_link SET status = $3
+        WHERE link_key = $1 AND status = ANY($2::text[])
+        RETURNING 1
+        """,
+        link_key,
+        expected,
+        target,
+    )
+    return row is not None
+
+
+async def supersede_attempt(conn: Conn, attempt_id: str, superseded_by: str | None) -> bool:
+    row = await conn.fetchval(
+        """
+        UPDATE connector_push_attempt SET status = 'superseded', superseded_by = $2
+        WHERE attempt_id = $1 AND status = 'terminal_failed'
+        RETURNING 1
+        """,
+        uuid.UUID(attempt_id),
+        uuid.UUID(superseded_by) if superseded_by else None,
+    )
+    return row is not None
+
+
+async def pending_patch_statuses(conn: Conn, link_key: str) -> list[str]:
+    rows = await conn.fetch(
+        """
+        SELECT status FROM connector_patch_dispatch
+        WHERE link_key = $1 AND status IN ('pending', 'processing') ORDER BY created_at
+        """,
+        link_key,
+    )
+    return [r["status"] for r in rows]
+
+
+def _param(value: Any) -> Any:
+    """jsonb columns take JSON text; everything else passes through."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return value

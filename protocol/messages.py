@@ -1,0 +1,141 @@
+"""Inputs and results of the LinkWorkflow, its activities, updates and query (STYLE rule 4).
+
+Plain pydantic values shared by `workflows/` and `activities/`; evolve them only
+by adding optional fields, because histories hold them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocol.states import AttemptStatus, LinkStatus, PatchStatus
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- workflow ------------------------------------------------------------------
+
+
+class LinkWorkflowState(Message):
+    """What a run carries into continue-as-new: only the key; Postgres holds the rest."""
+
+    link_key: str
+    runs: int = 0
+
+
+class LinkWorkflowInput(Message):
+    link_key: str
+    state: LinkWorkflowState | None = None
+
+
+class LinkWorkflowResult(Message):
+    link_key: str
+    reason: str
+
+
+class RecordSaved(Message):
+    """Signal: "there may be work for this link" — the work itself is read from Postgres."""
+
+    save_id: str | None = None
+
+
+# -- activity: dispatch the create --------------------------------------------
+
+
+class DispatchInput(Message):
+    link_key: str
+
+
+class StepKind(StrEnum):
+    IDLE = "idle"  # nothing for this worker to do
+    FINALIZED = "finalized"  # link finalized, mirror written or skipped
+    WRITEBACK_PENDING = "writeback_pending"  # remote id durable, mirror to retry
+    PARKED = "parked"  # needs an operator: ambiguous, terminal, foreign lane
+    WAITING = "waiting"  # deferred association target not finalized yet
+    PATCH_PENDING = "patch_pending"  # a finalized link has a queued PATCH
+
+
+class LinkView(Message):
+    """The durable state the workflow mirrors into search attributes and its query."""
+
+    link_key: str
+    connector_owner_key: str | None = None
+    destination_slot_id: str | None = None
+    source_object: str | None = None
+    link_status: LinkStatus | None = None
+    remote_id: str | None = None
+    attempt_id: str | None = None
+    attempt_status: AttemptStatus | None = None
+    attempt_ordinal: int | None = None
+    dispatch_lane: str | None = None
+    last_error: str | None = None
+    pending_patches: list[PatchStatus] = Field(default_factory=list)
+
+    @property
+    def needs_operator(self) -> bool:
+        parked = {AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, AttemptStatus.TERMINAL_FAILED}
+        return self.attempt_status in parked or self.link_status is LinkStatus.SUSPENDED_DRIFT
+
+
+class StepResult(Message):
+    kind: StepKind
+    view: LinkView
+    detail: str | None = None
+
+
+class MirrorInput(Message):
+    link_key: str
+    attempt_id: str
+
+
+# -- operator updates (WF-3) ---------------------------------------------------
+
+
+class OperatorInput(Message):
+    """Who and why, carried by every operator action."""
+
+    operator: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+
+
+class SupersedeInput(OperatorInput):
+    reserve_next: bool = True
+    idempotency_key: str | None = None  # filled by the update handler, deterministically
+
+
+class ReconcileInput(OperatorInput):
+    remote_id: str = Field(min_length=1)
+    evidence: str = Field(min_length=1)
+
+
+class RetireInput(OperatorInput):
+    pass
+
+
+class MarkTerminalInput(OperatorInput):
+    pass
+
+
+class OperatorActionInput(Message):
+    """Activity input: the action, the target link and when the workflow accepted it."""
+
+    link_key: str
+    action: str
+    operator: str
+    reason: str
+    accepted_at: datetime
+    remote_id: str | None = None
+    evidence: str | None = None
+    reserve_next: bool = False
+    new_idempotency_key: str | None = None
+
+
+class OperatorResult(Message):
+    accepted: bool
+    message: str
+    view: LinkView

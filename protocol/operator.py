@@ -1,0 +1,49 @@
+"""Which operator action applies in which durable state (SPEC WF-3).
+
+The workflow's update validators and the activity that applies the action
+under compare-and-set both ask this module, so the UI's immediate answer and
+the database's final word cannot disagree.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from protocol.messages import LinkView
+from protocol.states import AttemptStatus, LinkStatus, ProtocolError
+
+
+class OperatorAction(StrEnum):
+    SUPERSEDE = "supersede"
+    RECONCILE = "reconcile"
+    RETIRE = "retire"
+    MARK_TERMINAL = "mark_terminal"
+    REVALIDATE = "revalidate"
+
+
+# Only an attempt that provably sent nothing may be closed by hand: marking a
+# processing or writeback attempt terminal would let `supersede` POST a duplicate.
+_MARKABLE = frozenset({AttemptStatus.PENDING})
+
+
+def check_operator_action(action: OperatorAction, view: LinkView) -> None:
+    """Raise `ProtocolError` (a `ValueError` the UI shows) when `action` does not apply."""
+    attempt, link = view.attempt_status, view.link_status
+    match action:
+        case OperatorAction.SUPERSEDE:
+            _require(attempt is AttemptStatus.TERMINAL_FAILED, action, "attempt", attempt)
+        case OperatorAction.RECONCILE:
+            _require(attempt is AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, action, "attempt", attempt)
+        case OperatorAction.RETIRE:
+            allowed = {LinkStatus.FINALIZED, LinkStatus.SUSPENDED_DRIFT}
+            _require(link in allowed, action, "link", link)
+        case OperatorAction.MARK_TERMINAL:
+            _require(attempt in _MARKABLE, action, "attempt", attempt)
+        case OperatorAction.REVALIDATE:
+            _require(link is LinkStatus.SUSPENDED_DRIFT, action, "link", link)
+
+
+def _require(ok: bool, action: OperatorAction, row: str, status: object) -> None:
+    if not ok:
+        shown = status.value if isinstance(status, StrEnum) else "none"
+        raise ProtocolError(f"{action.value} does not apply: the {row} is {shown}")

@@ -1,0 +1,281 @@
+"""LinkWorkflow: one per link key, running create -> writeback -> PATCH (SPEC §5).
+
+Theory of operation:
+1. Postgres is the source of truth. The workflow holds no business state of its
+   own: every step is an activity that reads the durable rows, decides with
+   `protocol/` and moves them with compare-and-set. A duplicated or lost
+   `record_saved` signal therefore changes nothing (WF-2).
+2. Ambiguity is never retried. Activities raise non-retryable errors (§5.4)
+   after persisting the parked state; the workflow publishes it
+   (`NeedsOperator`) and waits for an operator update.
+3. The run ends when idle and continues-as-new when history grows; the next
+   save starts a fresh run that reloads everything from Postgres.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.link import LinkActivities
+
+from protocol.errors import NON_RETRYABLE_ERROR_TYPES
+from protocol.messages import (
+    DispatchInput,
+    LinkView,
+    LinkWorkflowInput,
+    LinkWorkflowResult,
+    LinkWorkflowState,
+    MarkTerminalInput,
+    MirrorInput,
+    OperatorActionInput,
+    OperatorInput,
+    OperatorResult,
+    ReconcileInput,
+    RecordSaved,
+    RetireInput,
+    StepKind,
+    StepResult,
+    SupersedeInput,
+)
+from protocol.operator import OperatorAction, check_operator_action
+from protocol.states import AttemptStatus
+from protocol.timeouts import LOCAL_ACTIVITY_START_TO_CLOSE, REMOTE_ACTIVITY_START_TO_CLOSE
+from workflows import search_attributes as sa
+
+IDLE_TIMEOUT = timedelta(minutes=10)
+ASSOCIATION_RECHECK = timedelta(seconds=30)
+MAX_STEPS_PER_WAKE = 20
+
+REMOTE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=8,
+    non_retryable_error_types=sorted(NON_RETRYABLE_ERROR_TYPES),
+)
+LOCAL_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=sorted(NON_RETRYABLE_ERROR_TYPES),
+)
+
+
+@workflow.defn
+class LinkWorkflow:
+    @workflow.init
+    def __init__(self, input: LinkWorkflowInput) -> None:
+        self._state = input.state or LinkWorkflowState(link_key=input.link_key)
+        self._view = LinkView(link_key=input.link_key)
+        self._loaded = False
+        self._wake = True
+        self._published: dict[str, object] = {}
+
+    @workflow.signal
+    def record_saved(self, signal: RecordSaved) -> None:
+        """A save was admitted for this link: look for work in Postgres."""
+        del signal
+        self._wake = True
+
+    @workflow.query
+    def state(self) -> LinkView:
+        return self._view
+
+    @workflow.run
+    async def run(self, input: LinkWorkflowInput) -> LinkWorkflowResult:
+        while True:
+            await self._drain()
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    LinkWorkflowInput(link_key=input.link_key, state=self._next_state())
+                )
+            if not await self._wait_for_work():
+                return LinkWorkflowResult(link_key=input.link_key, reason="idle")
+
+    async def _wait_for_work(self) -> bool:
+        """True when woken by a signal or recheck timer; False after the idle period."""
+        waiting = self._view.attempt_status is AttemptStatus.PENDING
+        timeout = ASSOCIATION_RECHECK if waiting else IDLE_TIMEOUT
+        try:
+            await workflow.wait_condition(lambda: self._wake, timeout=timeout)
+        except TimeoutError:
+            if waiting:
+                self._wake = True
+                return True
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            return self._wake
+        return True
+
+    async def _drain(self) -> None:
+        steps = 0
+        while self._wake and steps < MAX_STEPS_PER_WAKE:
+            self._wake = False
+            steps += 1
+            result = await self._dispatch()
+            if result.kind is StepKind.WRITEBACK_PENDING:
+                result = await self._mirror(result.view)
+            if result.kind is StepKind.FINALIZED:
+                self._wake = self._wake or bool(result.view.pending_patches)
+
+    async def _dispatch(self) -> StepResult:
+        try:
+            result = await workflow.execute_activity_method(
+                LinkActivities.dispatch_create,
+                DispatchInput(link_key=self._state.link_key),
+                start_to_close_timeout=REMOTE_ACTIVITY_START_TO_CLOSE,
+                retry_policy=REMOTE_RETRY,
+                summary="claim, POST and finalize the pending create",
+            )
+        except ActivityError as err:
+            result = self._parked_from(err)
+        self._publish(result.view)
+        return result
+
+    async def _mirror(self, view: LinkView) -> StepResult:
+        assert view.attempt_id is not None
+        try:
+            result = await workflow.execute_activity_method(
+                LinkActivities.write_mirror,
+                MirrorInput(link_key=self._state.link_key, attempt_id=view.attempt_id),
+                start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
+                retry_policy=LOCAL_RETRY,
+                summary="compatibility mirror writeback (never re-POSTs)",
+            )
+        except ActivityError as err:
+            result = self._parked_from(err)
+        self._publish(result.view)
+        return result
+
+    def _parked_from(self, err: ActivityError) -> StepResult:
+        """A non-retryable activity error: the state is durable; publish it, never retry."""
+        cause = err.cause
+        if not isinstance(cause, ApplicationError) or cause.type not in NON_RETRYABLE_ERROR_TYPES:
+            raise err
+        details = cause.details[0] if cause.details else {}
+        view = LinkView.model_validate(details) if details else self._view
+        return StepResult(kind=StepKind.PARKED, view=view, detail=f"{cause.type}: {cause.message}")
+
+    def _publish(self, view: LinkView) -> None:
+        """Keep the query, the UI details and the WF-4 search attributes current."""
+        self._view = view
+        self._loaded = True
+        wanted: dict[str, object] = {
+            sa.LINK_KEY.name: view.link_key,
+            sa.CONNECTOR_OWNER_KEY.name: view.connector_owner_key,
+            sa.DESTINATION_SLOT_ID.name: view.destination_slot_id,
+            sa.SOURCE_OBJECT.name: view.source_object,
+            sa.LINK_STATE.name: view.link_status.value if view.link_status else None,
+            sa.ATTEMPT_STATUS.name: view.attempt_status.value if view.attempt_status else None,
+            sa.NEEDS_OPERATOR.name: view.needs_operator,
+        }
+        if wanted != self._published:
+            workflow.upsert_search_attributes(_updates(view))
+            self._published = wanted
+        workflow.set_current_details(_details_markdown(view))
+
+    def _next_state(self) -> LinkWorkflowState:
+        return self._state.model_copy(update={"runs": self._state.runs + 1})
+
+    # -- operator updates (WF-3) ------------------------------------------------
+
+    async def _operate(self, request: OperatorActionInput) -> OperatorResult:
+        await workflow.wait_condition(lambda: self._loaded)
+        result = await workflow.execute_activity_method(
+            LinkActivities.apply_operator_action,
+            request,
+            start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
+            retry_policy=LOCAL_RETRY,
+            summary=f"operator {request.action} by {request.operator}",
+        )
+        self._publish(result.view)
+        self._wake = True  # a reconciled or newly reserved attempt has work to do
+        return result
+
+    def _action(self, action: OperatorAction, request: OperatorInput) -> OperatorActionInput:
+        return OperatorActionInput(
+            link_key=self._state.link_key,
+            action=action,
+            operator=request.operator,
+            reason=request.reason,
+            accepted_at=workflow.now(),
+        )
+
+    def _validate(self, action: OperatorAction) -> None:
+        # Raised ValueErrors reach the operator in the UI / CLI before anything is recorded.
+        if not self._loaded:
+            raise ValueError("link state is still loading; retry in a moment")
+        check_operator_action(action, self._view)
+
+    @workflow.update
+    async def supersede(self, request: SupersedeInput) -> OperatorResult:
+        """terminal_failed -> superseded, optionally reserving the next attempt."""
+        base = self._action(OperatorAction.SUPERSEDE, request)
+        key = str(workflow.uuid4()) if request.reserve_next else None
+        update = {"reserve_next": request.reserve_next, "new_idempotency_key": key}
+        return await self._operate(base.model_copy(update=update))
+
+    @supersede.validator
+    def _validate_supersede(self, request: SupersedeInput) -> None:
+        self._validate(OperatorAction.SUPERSEDE)
+
+    @workflow.update
+    async def reconcile(self, request: ReconcileInput) -> OperatorResult:
+        """ambiguous_remote_effect -> writeback_pending with an operator-proven remote id."""
+        base = self._action(OperatorAction.RECONCILE, request)
+        update = {"remote_id": request.remote_id, "evidence": request.evidence}
+        return await self._operate(base.model_copy(update=update))
+
+    @reconcile.validator
+    def _validate_reconcile(self, request: ReconcileInput) -> None:
+        self._validate(OperatorAction.RECONCILE)
+
+    @workflow.update
+    async def retire(self, request: RetireInput) -> OperatorResult:
+        """finalized | suspended_drift -> retired."""
+        return await self._operate(self._action(OperatorAction.RETIRE, request))
+
+    @retire.validator
+    def _validate_retire(self, request: RetireInput) -> None:
+        self._validate(OperatorAction.RETIRE)
+
+    @workflow.update
+    async def mark_terminal(self, request: MarkTerminalInput) -> OperatorResult:
+        """A pending or parked attempt -> terminal_failed, so it can be superseded."""
+        return await self._operate(self._action(OperatorAction.MARK_TERMINAL, request))
+
+    @mark_terminal.validator
+    def _validate_mark_terminal(self, request: MarkTerminalInput) -> None:
+        self._validate(OperatorAction.MARK_TERMINAL)
+
+
+def _updates(view: LinkView) -> list[SearchAttributeUpdate[Any]]:
+    pairs = [
+        (sa.LINK_KEY, view.link_key),
+        (sa.CONNECTOR_OWNER_KEY, view.connector_owner_key),
+        (sa.DESTINATION_SLOT_ID, view.destination_slot_id),
+        (sa.SOURCE_OBJECT, view.source_object),
+        (sa.LINK_STATE, view.link_status.value if view.link_status else None),
+        (sa.ATTEMPT_STATUS, view.attempt_status.value if view.attempt_status else None),
+    ]
+    updates: list[SearchAttributeUpdate[Any]] = [
+        key.value_set(value) if value is not None else key.value_unset() for key, value in pairs
+    ]
+    updates.append(sa.NEEDS_OPERATOR.value_set(view.needs_operator))
+    return updates
+
+
+def _details_markdown(view: LinkView) -> str:
+    lines = [
+        f"**link** `{view.link_status or 'none'}` remote id `{view.remote_id or '-'}`",
+        f"**attempt** #{view.attempt_ordinal or '-'} `{view.attempt_status or 'none'}`"
+        f" lane `{view.dispatch_lane or '-'}`",
+    ]
+    if view.needs_operator:
+        lines.append("**needs operator**: " + (view.last_error or "see attempt"))
+    return "\n\n".join(lines)
