@@ -304,9 +304,8 @@ class ManifestInvalid(ValueError):
         self.problems = problems
 
 
-_RELATIVE_PATH: Final = re.compile(
-    r"^([A-Za-z][A-Za-z0-9]*(?:\[\d+\])?(?:\.[A-Za-z][A-Za-z0-9]*)*): "
-)
+_SEGMENT: Final = r"[A-Za-z][A-Za-z0-9]*(?:\[\d+\])*"
+_RELATIVE_PATH: Final = re.compile(rf"^({_SEGMENT}(?:\.{_SEGMENT})*): ")
 
 
 def _problem(loc: tuple[int | str, ...], message: str) -> str:
