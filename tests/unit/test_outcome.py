@@ -1,0 +1,174 @@
+"""POST-4 / REC-1 / PATCH-3 outcome interpretation tables."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from protocol.errors import SuspendReason
+from protocol.outcome import (
+    Ambiguous,
+    Created,
+    LocatorAbsent,
+    LocatorFound,
+    Observation,
+    PatchAmbiguous,
+    PatchFailed,
+    PatchRetry,
+    PatchSucceeded,
+    PatchSuspendLink,
+    PostOutcome,
+    RateLimited,
+    RemoteRejected,
+    ResumeAction,
+    Transport,
+    interpret_locator_lookup,
+    interpret_patch,
+    interpret_post,
+    parse_retry_after,
+    resume_post,
+)
+from protocol.snapshots import ProfileSnapshot
+from protocol.states import AttemptStatus
+from tests.unit.factories import demo_manifest
+
+MANIFEST = demo_manifest()
+IDEMPOTENT = ProfileSnapshot.of(MANIFEST.profiles[0])
+PLAIN = ProfileSnapshot.of(MANIFEST.profiles[1])
+LOCATOR = ProfileSnapshot.of(MANIFEST.profiles[2])
+
+
+def response(status: int, body: object = None, **headers: str) -> Observation:
+    raw = json.dumps(body).encode() if body is not None else None
+    return Observation(transport=Transport.RESPONSE, status=status, body=raw, headers=headers)
+
+
+def kind(outcome: PostOutcome) -> str:
+    return outcome.kind
+
+
+@pytest.mark.parametrize(
+    ("obs", "profile", "expected"),
+    [
+        (response(201, {"id": "42"}), PLAIN, "created"),
+        (response(200, {"id": 42}), PLAIN, "created"),
+        (response(200, {"status": "ok"}), PLAIN, "ambiguous"),
+        (response(201), IDEMPOTENT, "ambiguous"),
+        (response(400, {"message": "bad"}), PLAIN, "remote_rejected"),
+        (response(422), IDEMPOTENT, "remote_rejected"),
+        (response(404), PLAIN, "remote_rejected"),
+        (response(409, {"message": "exists"}), PLAIN, "ambiguous"),
+        (response(408), IDEMPOTENT, "retry_same_request"),
+        (response(408), PLAIN, "ambiguous"),
+        (response(425), IDEMPOTENT, "retry_same_request"),
+        (response(425), PLAIN, "ambiguous"),
+        (response(429, **{"Retry-After": "3"}), IDEMPOTENT, "rate_limited"),
+        (response(429), PLAIN, "ambiguous"),
+        (response(500), IDEMPOTENT, "retry_same_request"),
+        (response(503), PLAIN, "ambiguous"),
+        (response(502), LOCATOR, "ambiguous"),
+        (response(302), PLAIN, "ambiguous"),
+        (Observation(transport=Transport.TIMEOUT), PLAIN, "ambiguous"),
+        (Observation(transport=Transport.RESET_AFTER_SEND), PLAIN, "ambiguous"),
+        (Observation(transport=Transport.ERROR_AFTER_SEND), PLAIN, "ambiguous"),
+        (Observation(transport=Transport.TIMEOUT), IDEMPOTENT, "retry_same_request"),
+        (Observation(transport=Transport.NOT_SENT), PLAIN, "retry_same_request"),
+        (
+            Observation(transport=Transport.NOT_SENT, remote_io_previously_started=True),
+            PLAIN,
+            "ambiguous",
+        ),
+        (
+            Observation(transport=Transport.NOT_SENT, remote_io_previously_started=True),
+            IDEMPOTENT,
+            "retry_same_request",
+        ),
+    ],
+)
+def test_post_interpretation(obs: Observation, profile: ProfileSnapshot, expected: str) -> None:
+    assert kind(interpret_post(obs, "$.id", profile)) == expected
+
+
+def test_created_carries_remote_id_from_frozen_path() -> None:
+    outcome = interpret_post(response(200, {"results": [{"id": "7"}]}), "$.results[0].id", PLAIN)
+    assert isinstance(outcome, Created) and outcome.remote_id == "7"
+    # The same body under a different frozen path is not a success.
+    assert isinstance(interpret_post(response(200, {"results": []}), "$.id", PLAIN), Ambiguous)
+
+
+def test_ambiguous_reports_locator_recovery() -> None:
+    outcome = interpret_post(Observation(transport=Transport.TIMEOUT), "$.id", LOCATOR)
+    assert isinstance(outcome, Ambiguous) and outcome.locator_recovery
+    plain = interpret_post(Observation(transport=Transport.TIMEOUT), "$.id", PLAIN)
+    assert isinstance(plain, Ambiguous) and not plain.locator_recovery
+
+
+def test_rejected_and_rate_limited_details() -> None:
+    rejected = interpret_post(response(400, {"m": 1}), "$.id", PLAIN)
+    assert isinstance(rejected, RemoteRejected) and rejected.status == 400
+    limited = interpret_post(response(429, **{"Retry-After": "3"}), "$.id", IDEMPOTENT)
+    assert limited == RateLimited(retry_after_seconds=3.0)
+
+
+def test_retry_after_http_date_uses_callers_clock() -> None:
+    now = datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC)
+    assert parse_retry_after("Thu, 01 Jan 2026 00:00:10 GMT", now) == 10.0
+    assert parse_retry_after("Thu, 01 Jan 2026 00:00:10 GMT", None) is None
+    assert parse_retry_after("soon", now) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "started", "profile", "expected"),
+    [
+        (AttemptStatus.PENDING, False, PLAIN, ResumeAction.CLAIM_AND_POST),
+        (AttemptStatus.PROCESSING, False, PLAIN, ResumeAction.CLAIM_AND_POST),
+        (AttemptStatus.PROCESSING, True, PLAIN, ResumeAction.MARK_AMBIGUOUS),
+        (AttemptStatus.PROCESSING, True, IDEMPOTENT, ResumeAction.RETRY_SAME_REQUEST),
+        (AttemptStatus.PROCESSING, True, LOCATOR, ResumeAction.RECOVER_BY_LOCATOR),
+        (AttemptStatus.POST_SENT, True, PLAIN, ResumeAction.MARK_AMBIGUOUS),
+        (AttemptStatus.POST_SENT, False, PLAIN, ResumeAction.MARK_AMBIGUOUS),
+        (AttemptStatus.WRITEBACK_PENDING, True, PLAIN, ResumeAction.RESUME_WRITEBACK),
+        (AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, True, IDEMPOTENT, ResumeAction.NOTHING),
+        (AttemptStatus.TERMINAL_FAILED, True, IDEMPOTENT, ResumeAction.NOTHING),
+        (AttemptStatus.FINALIZED, True, PLAIN, ResumeAction.NOTHING),
+        (AttemptStatus.SUPERSEDED, True, PLAIN, ResumeAction.NOTHING),
+    ],
+)
+def test_retried_activity_resume(
+    status: AttemptStatus, started: bool, profile: ProfileSnapshot, expected: ResumeAction
+) -> None:
+    assert resume_post(status, started, profile) is expected
+
+
+def test_locator_lookup() -> None:
+    found = interpret_locator_lookup(response(200, {"id": "55"}), "$.id")
+    assert found == LocatorFound(remote_id="55")
+    assert interpret_locator_lookup(response(404), "$.id") == LocatorAbsent()
+    assert isinstance(interpret_locator_lookup(response(500), "$.id"), Ambiguous)
+
+
+@pytest.mark.parametrize(
+    ("obs", "replay_safe", "expected"),
+    [
+        (response(200, {"id": "1"}), False, PatchSucceeded()),
+        (response(404), False, PatchSuspendLink(reason=SuspendReason.REMOTE_DELETED, status=404)),
+        (response(410), True, PatchSuspendLink(reason=SuspendReason.REMOTE_DELETED, status=410)),
+        (response(409), False, PatchSuspendLink(reason=SuspendReason.REMOTE_CONFLICT, status=409)),
+        (response(412), True, PatchSuspendLink(reason=SuspendReason.REMOTE_CONFLICT, status=412)),
+        (response(400), False, PatchFailed(status=400)),
+        (response(503), True, PatchRetry()),
+        (response(503), False, PatchAmbiguous(reason="status_503_not_replay_safe")),
+        (Observation(transport=Transport.TIMEOUT), False, PatchAmbiguous(reason="timeout")),
+        (Observation(transport=Transport.TIMEOUT), True, PatchRetry()),
+        (Observation(transport=Transport.NOT_SENT), False, PatchRetry()),
+        (
+            Observation(transport=Transport.NOT_SENT, remote_io_previously_started=True),
+            False,
+            PatchAmbiguous(reason="earlier_send"),
+        ),
+    ],
+)
+def test_patch_interpretation(obs: Observation, replay_safe: bool, expected: object) -> None:
+    assert interpret_patch(obs, replay_safe) == expected
