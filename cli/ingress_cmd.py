@@ -1,0 +1,81 @@
+"""`connector-push ingress [--config FILE]` serves; `ingress readback` prints the policy."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from cli.errors import fail
+from ingress.config import ConfigError, PolicyLocation, parse_policy, readback
+from ingress.server import serve
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", help="Endpoint policy YAML (default: $CONNECTOR_PUSH_INGRESS_CONFIG)."
+    ),
+]
+
+
+def _policy_path(option: Path | None) -> Path:
+    path = option or PolicyLocation().config
+    if path is None:
+        fail("no ingress policy: pass --config or set CONNECTOR_PUSH_INGRESS_CONFIG")
+    return path
+
+
+def _print_readback(data: dict[str, object]) -> None:
+    console = Console()
+    console.print(f"profile: {data['profile']}", highlight=False)
+    console.print(f"ack_drop_endpoints: {data['ack_drop_endpoints']}", highlight=False)
+    console.print(f"workflow_action_mode: {data['workflow_action_mode']}", highlight=False)
+    endpoints = data["endpoints"]
+    assert isinstance(endpoints, list)
+    for endpoint in endpoints:
+        mode = endpoint.get("mode", "-")
+        signature = endpoint["signature"]
+        console.print(
+            f"- {endpoint['name']} {endpoint['kind']} POST {endpoint['path']} mode={mode} "
+            f"scheme={signature['scheme']} secret_env={signature['secret_env']} "
+            f"secret_present={endpoint['secret_present']} deadline_ms={endpoint['deadline_ms']} "
+            f"body_limit={endpoint['body_limit']}",
+            highlight=False,
+        )
+
+
+def register(app: typer.Typer) -> None:
+    ingress_app = typer.Typer(help="Webhook and workflow-action ingress (SPEC §11).")
+
+    @ingress_app.callback(invoke_without_command=True)
+    def ingress_command(ctx: typer.Context, config: ConfigOption = None) -> None:
+        """Serve the ingress (needs DATABASE_URL and the secrets the policy names)."""
+        ctx.obj = config
+        if ctx.invoked_subcommand is None:
+            try:
+                serve(_policy_path(config))
+            except ConfigError as exc:
+                fail(str(exc))
+
+    @ingress_app.command("readback")
+    def readback_command(
+        ctx: typer.Context,
+        config: ConfigOption = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """Print the active endpoint policy (modes, schemes, limits); never secret values."""
+        path = _policy_path(config or ctx.obj)
+        try:
+            data = readback(parse_policy(path.read_text(encoding="utf-8")), os.environ)
+        except (ConfigError, OSError) as exc:
+            fail(str(exc))
+        if as_json:
+            typer.echo(json.dumps(data, indent=2, sort_keys=True))
+        else:
+            _print_readback(data)
+
+    app.add_typer(ingress_app, name="ingress")

@@ -1,0 +1,98 @@
+"""Workflow actions (SPEC ING-7): exact per-action policy, BLOCK only after commit.
+
+Response bodies follow the automation-v4 action protocol: a state in
+`outputFields.hs_execution_state`, and for BLOCK an ISO-8601
+`hs_expiration_duration`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Final
+
+from db.ingress_queries import ActionExecutionRow, ReceiptRow
+from ingress.admission import Admitter
+from ingress.errors import Rejection
+from protocol.event_identity import (
+    IdentityError,
+    JsonError,
+    business_identity,
+    dump_exact_json,
+    lookup,
+    parse_exact_json,
+    receipt_identity,
+)
+from protocol.ingress_policy import ActionPolicy, ActionRule, WorkflowActionEndpoint
+
+STATE_FIELD: Final = "hs_execution_state"
+EXPIRATION_FIELD: Final = "hs_expiration_duration"
+FAIL_CONTINUE: Final = "FAIL_CONTINUE"
+BLOCK: Final = "BLOCK"
+
+
+def _action_id(endpoint: WorkflowActionEndpoint, execution: Mapping[str, object]) -> str:
+    value = lookup(execution, endpoint.action_id_field)
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return str(int(value))
+    raise Rejection(400, "missing_action_id")
+
+
+def parse_execution(body: bytes) -> Mapping[str, object]:
+    try:
+        document = parse_exact_json(body)
+    except JsonError:
+        raise Rejection(400, "malformed_json") from None
+    if not isinstance(document, Mapping):
+        raise Rejection(400, "execution_not_object")
+    return document
+
+
+def select_rule(
+    endpoint: WorkflowActionEndpoint, execution: Mapping[str, object]
+) -> tuple[str, ActionRule]:
+    """The exact action's rule; an action id without one fails closed (nothing stored)."""
+    action_id = _action_id(endpoint, execution)
+    rule = endpoint.actions.get(action_id)
+    if rule is None:
+        raise Rejection(422, "unknown_action")
+    return action_id, rule
+
+
+def _callback_id(endpoint: WorkflowActionEndpoint, execution: Mapping[str, object]) -> str:
+    value = lookup(execution, endpoint.identity.path)
+    if not isinstance(value, str) or not value:
+        raise Rejection(400, "missing_callback_id")
+    return value
+
+
+def output(state: str, **extra: str) -> dict[str, dict[str, str]]:
+    return {"outputFields": {STATE_FIELD: state, **extra}}
+
+
+async def answer(
+    endpoint: WorkflowActionEndpoint,
+    admitter: Admitter,
+    execution: Mapping[str, object],
+    request_id: str,
+) -> dict[str, dict[str, str]]:
+    """FAIL_CONTINUE for best-effort (stores nothing); BLOCK once a must-complete is committed."""
+    action_id, rule = select_rule(endpoint, execution)
+    if rule.policy is ActionPolicy.BEST_EFFORT:
+        return output(FAIL_CONTINUE)
+    callback_id = _callback_id(endpoint, execution)
+    try:
+        execution_id = business_identity(endpoint.identity, endpoint.name, execution)
+        receipt_id = receipt_identity(endpoint.identity, endpoint.name, execution)
+    except IdentityError:
+        raise Rejection(400, "unidentifiable_execution") from None
+    payload = dump_exact_json(execution)
+    receipt = ReceiptRow(receipt_id, endpoint.name, request_id, None, action_id, None, payload)
+    row = ActionExecutionRow(
+        execution_id, endpoint.name, callback_id, action_id, receipt_id, payload, rule.expiration
+    )
+    # A duplicate callback id was admitted earlier: same answer, nothing new stored.
+    await admitter.admit_action(receipt, row)
+    return output(BLOCK, **{EXPIRATION_FIELD: rule.block_expiration})

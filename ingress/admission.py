@@ -1,0 +1,97 @@
+"""Durable admission (SPEC ING-1): one transaction per request, acknowledged after commit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+
+from db.ingress_queries import (
+    ActionExecutionRow,
+    EventRow,
+    ReceiptRow,
+    insert_action_execution,
+    insert_events,
+    insert_receipts,
+    select_one,
+)
+from ingress.errors import DropReason, Unavailable
+
+log = logging.getLogger(__name__)
+
+
+def _unavailable(exc: Exception) -> Unavailable:
+    # Only the exception type is logged: messages can carry payload fragments.
+    log.warning("admission failed: %s", type(exc).__name__)
+    if isinstance(exc, asyncpg.PostgresError) and not isinstance(
+        exc, asyncpg.exceptions.CannotConnectNowError
+    ):
+        return Unavailable(DropReason.ADMISSION_FAILED)
+    return Unavailable(DropReason.DATABASE_UNAVAILABLE)
+
+
+class Admitter:
+    """Commits receipts and events over a pool it opens and closes (the app's lifespan)."""
+
+    def __init__(self, database_url: str, pool_max_size: int = 20) -> None:
+        self._database_url = database_url
+        self._pool_max_size = pool_max_size
+        self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+
+    async def open(self) -> None:
+        # min_size=0: no connection at start, so the process comes up (and answers
+        # 503, not ready) while Postgres is down.
+        self._pool = await asyncpg.create_pool(
+            self._database_url, min_size=0, max_size=self._pool_max_size, timeout=2.0
+        )
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def pool(self) -> asyncpg.Pool[asyncpg.Record]:
+        if self._pool is None:
+            raise Unavailable(DropReason.DATABASE_UNAVAILABLE)
+        return self._pool
+
+    async def admit_events(
+        self, events: Sequence[EventRow], receipts: Sequence[ReceiptRow]
+    ) -> list[str]:
+        """Commit, in one transaction, new events and every receipt; returns new event ids."""
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                new_ids = await insert_events(conn, events)
+                await insert_receipts(conn, receipts)
+        except (asyncio.CancelledError, TimeoutError):
+            raise
+        except Exception as exc:
+            raise _unavailable(exc) from None
+        return new_ids
+
+    async def admit_action(
+        self, receipt: ReceiptRow, execution: ActionExecutionRow
+    ) -> datetime | None:
+        """Commit a must-complete execution with its receipt; None if already admitted."""
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await insert_receipts(conn, [receipt])
+                return await insert_action_execution(conn, execution)
+        except (asyncio.CancelledError, TimeoutError):
+            raise
+        except Exception as exc:
+            raise _unavailable(exc) from None
+
+    async def ready(self, timeout_s: float) -> bool:
+        """Can a transaction commit right now?"""
+        try:
+            async with asyncio.timeout(timeout_s), self.pool.acquire() as conn, conn.transaction():
+                await select_one(conn)
+        except Exception as exc:
+            log.warning("readiness check failed: %s", type(exc).__name__)
+            return False
+        return True

@@ -1,0 +1,162 @@
+"""The ingress ASGI app: one route per configured endpoint, plus health and metrics.
+
+Every endpoint request runs under one absolute deadline (ING-4). Rejections are
+fail-closed and mode-independent (ING-3); internal failures answer 503 with
+Retry-After, or 204 on an `ack_drop` endpoint (ING-2); a 2xx follows a commit (ING-1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Final
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from ingress import actions
+from ingress.admission import Admitter
+from ingress.config import IngressConfig
+from ingress.errors import DropReason, Rejection, Unavailable
+from ingress.gate import deadline_budget_ms, read_verified_body
+from ingress.metrics import DropCounter
+from ingress.webhook import plan_admission
+from protocol.ingress_policy import (
+    EndpointMode,
+    WebhookEndpoint,
+    WorkflowActionEndpoint,
+    WorkflowActionMode,
+)
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S: Final = "5"
+READY_TIMEOUT_S: Final = 0.5
+
+Clock = Callable[[], int]
+Handler = Callable[[Request, str], Awaitable[Response]]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class IngressApp:
+    """Holds the loaded configuration and the admitter; builds one handler per endpoint."""
+
+    def __init__(self, config: IngressConfig, admitter: Admitter, now_ms: Clock) -> None:
+        self.config = config
+        self.admitter = admitter
+        self.now_ms = now_ms
+        webhooks = {e.name for e in config.policy.endpoints if isinstance(e, WebhookEndpoint)}
+        self.drops = DropCounter(frozenset(webhooks))
+
+    def _unavailable(self, endpoint: str, reason: DropReason) -> Response:
+        log.warning("endpoint %s unavailable: %s", endpoint, reason.value)
+        if self.config.policy.mode_of(endpoint) is EndpointMode.ACK_DROP:
+            self.drops.increment(endpoint, reason)
+            return Response(status_code=204)
+        return JSONResponse(
+            {"error": reason.value}, status_code=503, headers={"Retry-After": RETRY_AFTER_S}
+        )
+
+    def route(self, name: str, handle: Handler) -> Callable[[Request], Awaitable[Response]]:
+        endpoint = self.config.endpoint(name)
+
+        async def endpoint_route(request: Request) -> Response:
+            request_id = str(uuid.uuid4())
+            budget_s = deadline_budget_ms(endpoint, request) / 1000
+            try:
+                async with asyncio.timeout(budget_s):
+                    return await handle(request, request_id)
+            except Rejection as rejection:
+                headers = {"Retry-After": RETRY_AFTER_S} if rejection.status == 503 else None
+                return JSONResponse(
+                    {"error": rejection.reason}, status_code=rejection.status, headers=headers
+                )
+            except TimeoutError:
+                return self._unavailable(name, DropReason.DEADLINE_EXCEEDED)
+            except Unavailable as unavailable:
+                return self._unavailable(name, unavailable.reason)
+
+        return endpoint_route
+
+    def webhook(self, endpoint: WebhookEndpoint) -> Handler:
+        secret = self.config.secrets[endpoint.name]
+
+        async def handle(request: Request, request_id: str) -> Response:
+            body = await read_verified_body(endpoint, secret, request, self.now_ms())
+            plan = plan_admission(endpoint, body, request_id)
+            await self.admitter.admit_events(plan.events, plan.receipts)
+            return JSONResponse(
+                {"requestId": request_id, "receipts": plan.correlations}, status_code=202
+            )
+
+        return handle
+
+    def workflow_action(self, endpoint: WorkflowActionEndpoint) -> Handler:
+        secret = self.config.secrets[endpoint.name]
+
+        async def handle(request: Request, request_id: str) -> Response:
+            body = await read_verified_body(endpoint, secret, request, self.now_ms())
+            if self.config.policy.workflow_action_mode is WorkflowActionMode.DISABLED:
+                return JSONResponse(
+                    {"error": "workflow_actions_disabled"},
+                    status_code=503,
+                    headers={"Retry-After": RETRY_AFTER_S},
+                )
+            execution = actions.parse_execution(body)
+            result = await actions.answer(endpoint, self.admitter, execution, request_id)
+            return JSONResponse(result, status_code=200)
+
+        return handle
+
+    def routes(self) -> list[Route]:
+        routes = [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/readyz", self.readyz, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+        ]
+        for endpoint in self.config.policy.endpoints:
+            handle = (
+                self.webhook(endpoint)
+                if isinstance(endpoint, WebhookEndpoint)
+                else self.workflow_action(endpoint)
+            )
+            routes.append(Route(endpoint.path, self.route(endpoint.name, handle), methods=["POST"]))
+        return routes
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        if await self.admitter.ready(READY_TIMEOUT_S):
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "not_ready"}, status_code=503)
+
+    async def metrics(self, request: Request) -> Response:
+        return PlainTextResponse(self.drops.render())
+
+
+def create_app(
+    config: IngressConfig, database_url: str, *, now_ms: Clock = wall_clock_ms
+) -> Starlette:
+    """The ASGI app; its lifespan opens and closes the admission pool."""
+    admitter = Admitter(database_url)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await admitter.open()
+        try:
+            yield
+        finally:
+            await admitter.close()
+
+    ingress = IngressApp(config, admitter, now_ms)
+    return Starlette(routes=ingress.routes(), lifespan=lifespan)

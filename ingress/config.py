@@ -1,0 +1,93 @@
+"""Ingress configuration: the endpoint policy file plus secrets from the environment.
+
+Loaded once per process (STYLE rule 9). Secret values live only in `SecretStr`;
+`readback` shows where each secret comes from, never what it is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from protocol.ingress_policy import Endpoint, IngressPolicy
+
+
+class ConfigError(Exception):
+    """The ingress cannot start with this configuration; the message says why."""
+
+
+class PolicyLocation(BaseSettings):
+    """Where the policy file is (`CONNECTOR_PUSH_INGRESS_CONFIG`), for read-only commands."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    config: Path | None = Field(default=None, validation_alias="CONNECTOR_PUSH_INGRESS_CONFIG")
+
+
+class IngressSettings(PolicyLocation):
+    """Server settings from the environment (`DATABASE_URL`, `CONNECTOR_PUSH_INGRESS_*`)."""
+
+    database_url: SecretStr = Field(validation_alias="DATABASE_URL")
+    host: str = Field(default="127.0.0.1", validation_alias="CONNECTOR_PUSH_INGRESS_HOST")
+    port: int = Field(default=8780, validation_alias="CONNECTOR_PUSH_INGRESS_PORT")
+
+
+@dataclass(frozen=True)
+class IngressConfig:
+    policy: IngressPolicy
+    secrets: Mapping[str, SecretStr]  # endpoint name -> signing secret
+
+    def endpoint(self, name: str) -> Endpoint:
+        return next(e for e in self.policy.endpoints if e.name == name)
+
+
+def parse_policy(text: str) -> IngressPolicy:
+    """Validate policy YAML; errors name the offending key."""
+    try:
+        return IngressPolicy.model_validate(yaml.safe_load(text))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise ConfigError(f"invalid ingress policy: {exc}") from None
+
+
+def resolve_secrets(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, SecretStr]:
+    """Read each endpoint's secret from the variable it names; refuse if any is unset."""
+    secrets: dict[str, SecretStr] = {}
+    for endpoint in policy.endpoints:
+        variable = endpoint.signature.secret_env
+        value = environ.get(variable, "")
+        if not value:
+            raise ConfigError(f"endpoint {endpoint.name}: environment variable {variable} is unset")
+        secrets[endpoint.name] = SecretStr(value)
+    return secrets
+
+
+def load_config(path: Path, environ: Mapping[str, str] | None = None) -> IngressConfig:
+    """Load the policy file and its secrets (from `os.environ` unless given)."""
+    policy = parse_policy(path.read_text(encoding="utf-8"))
+    return IngressConfig(
+        policy, resolve_secrets(policy, os.environ if environ is None else environ)
+    )
+
+
+def readback(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, object]:
+    """The active policy as data, with each endpoint's effective mode and whether its
+    secret variable is set; never a secret value."""
+    endpoints = []
+    for endpoint in policy.endpoints:
+        entry = endpoint.model_dump(mode="json")
+        entry["secret_present"] = bool(environ.get(endpoint.signature.secret_env))
+        entry["mode"] = policy.mode_of(endpoint.name).value
+        endpoints.append(entry)
+    ack_drop = policy.ack_drop_endpoints
+    return {
+        "profile": policy.profile.value,
+        "ack_drop_endpoints": None if ack_drop is None else sorted(ack_drop),
+        "workflow_action_mode": policy.workflow_action_mode.value,
+        "endpoints": endpoints,
+    }

@@ -1,0 +1,90 @@
+"""Ordinary webhooks: per-event identity and receipts, one admission commit (ING-1, ING-5)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from db.ingress_queries import EventRow, ReceiptRow
+from ingress.errors import Rejection
+from protocol.event_identity import (
+    MISSING,
+    IdentityError,
+    JsonError,
+    business_identity,
+    canonical_decimal,
+    dump_exact_json,
+    lookup,
+    parse_exact_json,
+    receipt_identity,
+)
+from protocol.ingress_policy import WebhookEndpoint
+
+
+@dataclass
+class AdmissionPlan:
+    events: list[EventRow] = field(default_factory=list)
+    receipts: list[ReceiptRow] = field(default_factory=list)
+    correlations: list[dict[str, str | None]] = field(default_factory=list)
+
+
+def parse_batch(endpoint: WebhookEndpoint, body: bytes) -> list[Mapping[str, object]]:
+    """A body is one event object or an array of them; anything else is malformed (400)."""
+    try:
+        document = parse_exact_json(body)
+    except JsonError:
+        raise Rejection(400, "malformed_json") from None
+    events = document if isinstance(document, list) else [document]
+    if not events or len(events) > endpoint.max_events:
+        raise Rejection(400, "bad_batch_size")
+    objects = [event for event in events if isinstance(event, Mapping)]
+    if len(objects) != len(events):
+        raise Rejection(400, "event_not_object")
+    return objects
+
+
+def _attempt_text(endpoint: WebhookEndpoint, event: Mapping[str, object]) -> str | None:
+    path = endpoint.identity.attempt_path
+    value = MISSING if path is None else lookup(event, path)
+    return canonical_decimal(value) if isinstance(value, Decimal) else None
+
+
+def _add_event(
+    plan: AdmissionPlan, endpoint: WebhookEndpoint, event: Mapping[str, object], request_id: str
+) -> None:
+    try:
+        event_id = business_identity(endpoint.identity, endpoint.name, event)
+        receipt_id = receipt_identity(endpoint.identity, endpoint.name, event)
+    except IdentityError:
+        raise Rejection(400, "unidentifiable_event") from None
+    event_type = lookup(event, endpoint.event_type_field)
+    if not isinstance(event_type, str):
+        raise Rejection(400, "missing_event_type")
+    handler = endpoint.routes.get(event_type)
+    payload = dump_exact_json(event)
+    routed_id = event_id if handler is not None else None
+    plan.receipts.append(
+        ReceiptRow(
+            receipt_id,
+            endpoint.name,
+            request_id,
+            routed_id,
+            event_type,
+            _attempt_text(endpoint, event),
+            payload,
+        )
+    )
+    if handler is not None:
+        plan.events.append(
+            EventRow(event_id, endpoint.name, event_type, handler.value, payload, receipt_id)
+        )
+    plan.correlations.append({"receiptId": receipt_id, "eventId": routed_id})
+
+
+def plan_admission(endpoint: WebhookEndpoint, body: bytes, request_id: str) -> AdmissionPlan:
+    """Identify every event of a verified body; rejects the whole body if any event is bad."""
+    plan = AdmissionPlan()
+    for event in parse_batch(endpoint, body):
+        _add_event(plan, endpoint, event, request_id)
+    return plan

@@ -1,0 +1,178 @@
+"""Ingress endpoint policy (SPEC ING-2, ING-3, ING-7): pure configuration models.
+
+Rules kept in this module:
+1. Policy is chosen locally from startup configuration, never from a database.
+2. Secrets appear here only as the *name* of the environment variable holding
+   them; the value is resolved by the ingress process and held as `SecretStr`.
+3. `retry` is the default mode. An endpoint drops (`ack_drop`) only if it is
+   named in `ack_drop_endpoints`, and the production profile refuses to load
+   unless that set is written out explicitly (it may be empty).
+4. Legacy signature schemes (v1, v2: no timestamp, no replay protection) load
+   only where the endpoint opts in with `allow_legacy_signature`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Final, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+from protocol.event_identity import CompositeIdentityRule, IdentityRule, LegacyIdentityRule
+
+_NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+_ENV_PATTERN: Final = r"^[A-Z_][A-Z0-9_]{0,127}$"
+_DURATION: Final = TypeAdapter(timedelta)
+
+
+class Profile(StrEnum):
+    DEVELOPMENT = "development"
+    PRODUCTION = "production"
+
+
+class EndpointMode(StrEnum):
+    RETRY = "retry"
+    ACK_DROP = "ack_drop"
+
+
+class SignatureScheme(StrEnum):
+    V3 = "v3"
+    V2 = "v2"
+    V1 = "v1"
+
+
+class WorkflowActionMode(StrEnum):
+    DISABLED = "disabled"
+    PROXY = "proxy"
+
+
+class ActionPolicy(StrEnum):
+    BEST_EFFORT = "best_effort"
+    MUST_COMPLETE = "must_complete"
+
+
+class InboundHandler(StrEnum):
+    """What processing does with a routed event (SPEC ING-6)."""
+
+    REMOTE_DELETION = "remote_deletion"
+    REMOTE_PROPERTY_CHANGE = "remote_property_change"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SignaturePolicy(_Strict):
+    scheme: SignatureScheme = SignatureScheme.V3
+    secret_env: Annotated[str, Field(pattern=_ENV_PATTERN)]
+    # Scheme, host and any proxy prefix as the sender calls them; the request path
+    # is appended. Configured, because behind a proxy the Host header is not it.
+    public_base_url: Annotated[str, Field(pattern=r"^https?://[^/?#]+(/[^?#]*)?$")]
+    allow_legacy_signature: bool = False
+    max_age_ms: Annotated[int, Field(gt=0, le=300_000)] = 300_000
+    max_future_ms: Annotated[int, Field(ge=0, le=300_000)] = 60_000
+    signature_header: str | None = None
+    timestamp_header: str | None = None
+
+    @model_validator(mode="after")
+    def _legacy_needs_opt_in(self) -> Self:
+        if self.scheme is not SignatureScheme.V3 and not self.allow_legacy_signature:
+            raise ValueError(
+                f"signature scheme {self.scheme.value} has no replay protection; "
+                "set allow_legacy_signature: true to accept it"
+            )
+        return self
+
+
+class _EndpointBase(_Strict):
+    name: Annotated[str, Field(pattern=_NAME_PATTERN)]
+    path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9/_.-]*$")]
+    signature: SignaturePolicy
+    deadline_ms: Annotated[int, Field(gt=0, le=30_000)] = 750
+    # Sender-supplied timeout header; the deadline is min(deadline_ms, header - margin).
+    timeout_header: str | None = None
+    timeout_margin_ms: Annotated[int, Field(ge=0)] = 250
+    body_limit: Annotated[int, Field(gt=0, le=64 * 1024 * 1024)] = 1024 * 1024
+
+
+class WebhookEndpoint(_EndpointBase):
+    kind: Literal["webhook"] = "webhook"
+    identity: IdentityRule
+    event_type_field: Annotated[str, Field(min_length=1)]
+    # Exact event type -> handler. An unrouted event gets a receipt and no event.
+    routes: dict[str, InboundHandler] = Field(default_factory=dict)
+    max_events: Annotated[int, Field(gt=0, le=1000)] = 100
+
+
+class ActionRule(_Strict):
+    policy: ActionPolicy
+    # ISO-8601 duration returned with BLOCK and bounding every callback phase.
+    block_expiration: str = "P7D"
+
+    @field_validator("block_expiration")
+    @classmethod
+    def _iso_duration(cls, value: str) -> str:
+        if not value.startswith("P") or _DURATION.validate_python(value) <= timedelta(0):
+            raise ValueError("block_expiration must be a positive ISO-8601 duration")
+        return value
+
+    @property
+    def expiration(self) -> timedelta:
+        return _DURATION.validate_python(self.block_expiration)
+
+
+class WorkflowActionEndpoint(_EndpointBase):
+    kind: Literal["workflow_action"] = "workflow_action"
+    identity: LegacyIdentityRule = LegacyIdentityRule(path="callbackId")
+    action_id_field: str = "origin.actionDefinitionId"
+    # Exact action id -> policy; any other id fails closed.
+    actions: dict[str, ActionRule] = Field(default_factory=dict)
+
+
+Endpoint = Annotated[WebhookEndpoint | WorkflowActionEndpoint, Field(discriminator="kind")]
+
+
+class IngressPolicy(_Strict):
+    profile: Profile = Profile.DEVELOPMENT
+    # None means "not written out": refused by the production profile.
+    ack_drop_endpoints: frozenset[str] | None = None
+    workflow_action_mode: WorkflowActionMode = WorkflowActionMode.DISABLED
+    endpoints: tuple[Endpoint, ...]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        names = [e.name for e in self.endpoints]
+        paths = [e.path for e in self.endpoints]
+        if len(set(names)) != len(names) or len(set(paths)) != len(paths):
+            raise ValueError("endpoint names and paths must be unique")
+        if self.profile is Profile.PRODUCTION and self.ack_drop_endpoints is None:
+            raise ValueError("production profile requires ack_drop_endpoints (it may be [])")
+        webhooks = {e.name for e in self.endpoints if isinstance(e, WebhookEndpoint)}
+        unknown = (self.ack_drop_endpoints or frozenset()) - webhooks
+        if unknown:
+            raise ValueError(f"ack_drop_endpoints names no webhook endpoint: {sorted(unknown)}")
+        return self
+
+    def mode_of(self, endpoint_name: str) -> EndpointMode:
+        if endpoint_name in (self.ack_drop_endpoints or frozenset()):
+            return EndpointMode.ACK_DROP
+        return EndpointMode.RETRY
+
+
+__all__ = [
+    "ActionPolicy",
+    "ActionRule",
+    "CompositeIdentityRule",
+    "Endpoint",
+    "EndpointMode",
+    "InboundHandler",
+    "IngressPolicy",
+    "LegacyIdentityRule",
+    "Profile",
+    "SignaturePolicy",
+    "SignatureScheme",
+    "WebhookEndpoint",
+    "WorkflowActionEndpoint",
+    "WorkflowActionMode",
+]

@@ -1,0 +1,106 @@
+"""Endpoint policy loading (ING-2, ING-7): explicit ack-drop set in production, opt-in
+legacy schemes, secrets from the environment and never in readback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from cli.main import app
+from ingress.config import ConfigError, load_config, parse_policy, readback
+from protocol.ingress_policy import EndpointMode
+from tests.ingress.support import ENVIRON, WEBHOOK_SECRET, policy_document
+
+
+def _parse(**overrides: object) -> object:
+    return parse_policy(yaml.safe_dump(policy_document(**overrides)))
+
+
+def test_production_refuses_an_implicit_ack_drop_set() -> None:
+    document = policy_document(profile="production")
+    del document["ack_drop_endpoints"]
+    with pytest.raises(ConfigError, match="ack_drop_endpoints"):
+        parse_policy(yaml.safe_dump(document))
+
+
+def test_production_accepts_an_explicit_empty_set_and_everything_retries() -> None:
+    policy = parse_policy(
+        yaml.safe_dump(policy_document(profile="production", ack_drop_endpoints=[]))
+    )
+    assert {policy.mode_of(e.name) for e in policy.endpoints} == {EndpointMode.RETRY}
+
+
+def test_only_named_endpoints_drop() -> None:
+    policy = parse_policy(yaml.safe_dump(policy_document()))
+    assert policy.mode_of("crm-drop") is EndpointMode.ACK_DROP
+    assert policy.mode_of("crm") is EndpointMode.RETRY
+
+
+def test_ack_drop_cannot_name_a_workflow_action_endpoint() -> None:
+    with pytest.raises(ConfigError, match="ack_drop_endpoints"):
+        _parse(ack_drop_endpoints=["actions"])
+
+
+@pytest.mark.parametrize("scheme", ["v1", "v2"])
+def test_legacy_schemes_need_an_explicit_opt_in(scheme: str) -> None:
+    document = policy_document()
+    document["endpoints"][0]["signature"]["scheme"] = scheme
+    with pytest.raises(ConfigError, match="allow_legacy_signature"):
+        parse_policy(yaml.safe_dump(document))
+    document["endpoints"][0]["signature"]["allow_legacy_signature"] = True
+    parse_policy(yaml.safe_dump(document))
+
+
+def test_a_secret_inline_in_the_file_is_not_a_field() -> None:
+    document = policy_document()
+    document["endpoints"][0]["signature"]["secret"] = "inline"
+    with pytest.raises(ConfigError):
+        parse_policy(yaml.safe_dump(document))
+
+
+def test_missing_secret_variable_refuses_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy_document()))
+    with pytest.raises(ConfigError, match="TEST_ACTION_SECRET"):
+        load_config(path, {"TEST_WEBHOOK_SECRET": "x"})
+    config = load_config(path, ENVIRON)
+    assert WEBHOOK_SECRET not in repr(config)
+
+
+def test_unknown_handler_and_bad_expiration_are_rejected() -> None:
+    document = policy_document()
+    document["endpoints"][0]["routes"] = {"contact.deletion": "delete_everything"}
+    with pytest.raises(ConfigError):
+        parse_policy(yaml.safe_dump(document))
+    document = policy_document()
+    document["endpoints"][2]["actions"]["22"]["block_expiration"] = "7 days"
+    with pytest.raises(ConfigError):
+        parse_policy(yaml.safe_dump(document))
+
+
+def test_readback_shows_modes_and_secret_presence_but_no_secret(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy_document()))
+    result = CliRunner().invoke(
+        app, ["ingress", "readback", "--config", str(path), "--json"], env=ENVIRON
+    )
+    assert result.exit_code == 0, result.output
+    assert WEBHOOK_SECRET not in result.output
+    data = json.loads(result.output)
+    assert data["ack_drop_endpoints"] == ["crm-drop"]
+    modes = {e["name"]: (e["mode"], e["secret_present"]) for e in data["endpoints"]}
+    assert modes == {
+        "crm": ("retry", True),
+        "crm-drop": ("ack_drop", True),
+        "actions": ("retry", True),
+    }
+    assert readback(parse_policy(path.read_text()), {})["endpoints"][0]["secret_present"] is False
+
+
+def test_example_policy_loads() -> None:
+    policy = parse_policy(Path("examples/ingress.yaml").read_text())
+    assert policy.ack_drop_endpoints == frozenset()
