@@ -1,0 +1,164 @@
+"""Minimal valid rows for the db tests: every NOT NULL column, nothing more."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from enum import StrEnum
+
+import asyncpg
+
+from protocol.states import LIFECYCLES
+
+# lifecycle -> primary-key column of its table
+KEY_COLUMN = {"link": "link_key", "attempt": "attempt_id", "patch": "patch_id"}
+
+_SNAPSHOTS = {
+    "connector_namespace": "acme",
+    "flow_developer_name": "Push_Contact",
+    "flow_action_name": "Push",
+    "target_object": "contacts",
+    "profile_name": "hubspot-main",
+}
+
+
+def new_link_key() -> str:
+    return "lk1_" + hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+
+
+def _stable(link_key: str) -> dict[str, str]:
+    return {
+        "link_key": link_key,
+        "connector_owner_key": "owner-1",
+        "action_slot_id": "action-1",
+        "action_type": "PushToConnector",
+        "source_object": "Contact",
+        "source_record_id": link_key[-12:],
+        "destination_slot_id": "dest-1",
+        **_SNAPSHOTS,
+    }
+
+
+async def _insert(conn: asyncpg.Connection, table: str, row: Mapping[str, object]) -> None:
+    columns = ", ".join(row)
+    params = ", ".join(f"${i}" for i in range(1, len(row) + 1))
+    await conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({params})", *row.values())
+
+
+async def insert_pack_install(conn: asyncpg.Connection) -> uuid.UUID:
+    pack_install_id = uuid.uuid4()
+    await _insert(
+        conn,
+        "pack_install",
+        {
+            "pack_install_id": pack_install_id,
+            "connector_owner_key": f"owner-{pack_install_id.hex[:8]}",
+            "connector_namespace": "acme",
+            "manifest": "{}",
+            "manifest_digest": "sha256:0",
+        },
+    )
+    return pack_install_id
+
+
+async def insert_link(
+    conn: asyncpg.Connection,
+    pack_install_id: uuid.UUID,
+    *,
+    link_key: str | None = None,
+    remote_id: str | None = None,
+    status: str = "finalized",
+    remote_scope: str = "portal-1",
+) -> str:
+    link_key = link_key or new_link_key()
+    row = {
+        **_stable(link_key),
+        "created_pack_install_id": pack_install_id,
+        "last_validated_pack_install_id": pack_install_id,
+        "credential_ref": "vault:hubspot",
+        "endpoint_class": "rest",
+        "retry_policy_hash": "rp1",
+        "profile_payload_hash": "pp1",
+        "create_path_template": "/crm/v3/objects/contacts",
+        "update_path_template": "/crm/v3/objects/contacts/{remoteId}",
+        "response_id_path": "$.id",
+        "mapping_fingerprint": "mf1",
+        "body_fingerprint": "bf1",
+        "remote_id": remote_id or uuid.uuid4().hex,
+        "remote_scope": remote_scope,
+        "status": status,
+    }
+    await _insert(conn, "connector_remote_link", row)
+    return link_key
+
+
+async def insert_attempt(
+    conn: asyncpg.Connection,
+    pack_install_id: uuid.UUID,
+    *,
+    link_key: str,
+    ordinal: int = 1,
+    status: str = "pending",
+    dispatch_lane: str | None = None,
+    attempt_id: uuid.UUID | None = None,
+) -> uuid.UUID:
+    attempt_id = attempt_id or uuid.uuid4()
+    row: dict[str, object] = {
+        **_stable(link_key),
+        "attempt_id": attempt_id,
+        "pack_install_id": pack_install_id,
+        "status": status,
+        "attempt_ordinal": ordinal,
+        "request_idempotency_key": f"idem-{attempt_id}",
+        "request_snapshot": json.dumps({"method": "POST", "path": "/crm/v3/objects/contacts"}),
+        "authority_snapshot": json.dumps({"user_id": "u1", "allowed_fields": ["email"]}),
+    }
+    if dispatch_lane is not None:
+        row["dispatch_lane"] = dispatch_lane
+        row["association_source_ids"] = json.dumps(["", "acc-1"])
+    await _insert(conn, "connector_push_attempt", row)
+    return attempt_id
+
+
+async def insert_patch(
+    conn: asyncpg.Connection, *, link_key: str, status: str = "pending"
+) -> uuid.UUID:
+    patch_id = uuid.uuid4()
+    await _insert(
+        conn,
+        "connector_patch_dispatch",
+        {"patch_id": patch_id, "link_key": link_key, "status": status},
+    )
+    return patch_id
+
+
+async def set_status(conn: asyncpg.Connection, lifecycle: str, key: object, status: str) -> str:
+    """UPDATE one row's status; returns the command tag ("UPDATE 1")."""
+    table = LIFECYCLES[lifecycle][0]
+    column = KEY_COLUMN[lifecycle]
+    return await conn.execute(f"UPDATE {table} SET status = $1 WHERE {column} = $2", status, key)
+
+
+def path_to(
+    table: Mapping[StrEnum, frozenset[StrEnum]], initial: StrEnum, goal: StrEnum
+) -> list[StrEnum]:
+    """Shortest legal walk from `initial` to `goal` (excluding `initial`); BFS."""
+    previous: dict[StrEnum, StrEnum | None] = {initial: None}
+    queue = deque([initial])
+    while queue:
+        state = queue.popleft()
+        for target in sorted(table[state]):
+            if target not in previous:
+                previous[target] = state
+                queue.append(target)
+    if goal not in previous:
+        raise AssertionError(f"{goal} is unreachable from {initial}")
+    walk: list[StrEnum] = []
+    node: StrEnum | None = goal
+    while node is not None and node != initial:
+        walk.append(node)
+        node = previous[node]
+    return walk[::-1]

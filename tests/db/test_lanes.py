@@ -1,0 +1,78 @@
+"""LANE-1: unknown dispatch lanes are storable; unknown statuses are not."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from tests.db.rows import insert_attempt, insert_link, insert_pack_install, new_link_key
+
+
+async def test_dispatch_lane_defaults_to_configured(db_pool: asyncpg.Pool) -> None:
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        attempt_id = await insert_attempt(conn, pack_install_id, link_key=new_link_key())
+        patch_id = await conn.fetchval(
+            "INSERT INTO connector_patch_dispatch (link_key, status) VALUES ($1, 'pending')"
+            " RETURNING patch_id",
+            await insert_link(conn, pack_install_id),
+        )
+        lanes = await conn.fetch(
+            "SELECT dispatch_lane FROM connector_push_attempt WHERE attempt_id = $1"
+            " UNION ALL SELECT dispatch_lane FROM connector_patch_dispatch WHERE patch_id = $2",
+            attempt_id,
+            patch_id,
+        )
+        assert [row["dispatch_lane"] for row in lanes] == ["configured", "configured"]
+
+
+async def test_an_unknown_lane_is_stored_untouched(db_pool: asyncpg.Pool) -> None:
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        attempt_id = await insert_attempt(
+            conn, pack_install_id, link_key=new_link_key(), dispatch_lane="lane_from_the_future"
+        )
+        assert (
+            await conn.fetchval(
+                "SELECT dispatch_lane FROM connector_push_attempt WHERE attempt_id = $1", attempt_id
+            )
+            == "lane_from_the_future"
+        )
+
+
+async def test_a_deferred_attempt_needs_its_association_vector(db_pool: asyncpg.Pool) -> None:
+    async with db_pool.acquire() as conn:
+        attempt_id = await insert_attempt(
+            conn,
+            await insert_pack_install(conn),
+            link_key=new_link_key(),
+            dispatch_lane="deferred_association",
+        )
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute(
+                "UPDATE connector_push_attempt SET association_source_ids = NULL"
+                " WHERE attempt_id = $1",
+                attempt_id,
+            )
+
+
+@pytest.mark.parametrize(
+    "table", ["connector_remote_link", "connector_push_attempt", "connector_patch_dispatch"]
+)
+async def test_the_status_check_rejects_unknown_values_even_without_triggers(
+    db_pool: asyncpg.Pool, table: str
+) -> None:
+    # The status triggers reject unknown values first; this proves the CHECK
+    # behind them holds on its own (e.g. with triggers disabled for a repair).
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        link_key = await insert_link(conn, pack_install_id)
+        await insert_attempt(conn, pack_install_id, link_key=link_key)
+        await conn.execute(
+            "INSERT INTO connector_patch_dispatch (link_key, status) VALUES ($1, 'pending')",
+            link_key,
+        )
+        await conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        with pytest.raises(asyncpg.CheckViolationError) as caught:
+            await conn.execute(f"UPDATE {table} SET status = 'bogus'")
+        assert caught.value.constraint_name == f"{table}_status_ck"

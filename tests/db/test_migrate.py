@@ -1,0 +1,144 @@
+"""STO-5: the migration runner and `connector-push migrate`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from cli.stack.postgres import free_port
+from db.migrate import (
+    MIGRATIONS_DIR,
+    MigrationChecksumMismatch,
+    MigrationFailed,
+    MigrationMissing,
+    apply_migrations,
+    discover_migrations,
+)
+from tests.fixtures.postgres import PgServer
+
+ALL_NAMES = [migration.name for migration in discover_migrations()]
+
+_SCHEMA_QUERY = """
+SELECT 'column', table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
+       || ' ' || coalesce(column_default, '')
+  FROM information_schema.columns WHERE table_schema = 'public'
+UNION ALL SELECT 'index', indexdef FROM pg_indexes WHERE schemaname = 'public'
+UNION ALL SELECT 'constraint', conrelid::regclass || ' ' || conname || ' '
+       || pg_get_constraintdef(oid) FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+UNION ALL SELECT 'trigger', tgrelid::regclass || ' ' || pg_get_triggerdef(oid)
+  FROM pg_trigger WHERE NOT tgisinternal
+UNION ALL SELECT 'function', proname || ' ' || md5(prosrc)
+  FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+ORDER BY 1, 2
+"""
+
+
+async def _schema(dsn: str) -> list[tuple[str, str]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(_SCHEMA_QUERY)
+        ledger = await conn.fetch(
+            "SELECT version, name, checksum, applied_at FROM schema_migration"
+        )
+    finally:
+        await conn.close()
+    return [(row[0], row[1]) for row in rows] + [("ledger", str(tuple(r))) for r in ledger]
+
+
+@pytest.fixture
+async def empty_dsn(pg_server: PgServer) -> AsyncIterator[str]:
+    name = await pg_server.create_database("cp_empty")
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        await pg_server.drop_database(name)
+
+
+@pytest.fixture
+def migrations_copy(tmp_path: Path) -> Path:
+    target = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS_DIR, target)
+    return target
+
+
+async def test_a_fresh_database_gets_every_migration_then_nothing(
+    empty_dsn: str, db_dsn: str
+) -> None:
+    assert await apply_migrations(empty_dsn) == ALL_NAMES
+    assert ALL_NAMES[0] == "0001_core"
+    before = await _schema(empty_dsn)
+    assert await apply_migrations(empty_dsn) == []
+    assert await _schema(empty_dsn) == before
+    # The cloned template is the same schema, without the ledger timestamps.
+    template = [item for item in await _schema(db_dsn) if item[0] != "ledger"]
+    assert template == [item for item in before if item[0] != "ledger"]
+
+
+async def test_concurrent_runners_apply_each_migration_once(empty_dsn: str) -> None:
+    first, second = await asyncio.gather(apply_migrations(empty_dsn), apply_migrations(empty_dsn))
+    assert sorted(first + second) == ALL_NAMES
+
+
+async def test_an_edited_applied_migration_is_refused_by_name(
+    db_dsn: str, migrations_copy: Path
+) -> None:
+    edited = migrations_copy / "0001_core.sql"
+    edited.write_text(edited.read_text() + "\n-- a harmless-looking edit\n")
+    before = await _schema(db_dsn)
+    with pytest.raises(MigrationChecksumMismatch, match=r"0001_core\.sql was edited"):
+        await apply_migrations(db_dsn, migrations_dir=migrations_copy)
+    assert await _schema(db_dsn) == before
+
+
+async def test_a_removed_applied_migration_is_refused(db_dsn: str, migrations_copy: Path) -> None:
+    removed = sorted(migrations_copy.glob("*.sql"))[-1]
+    removed.unlink()
+    with pytest.raises(MigrationMissing, match=rf"{removed.name} is recorded as applied"):
+        await apply_migrations(db_dsn, migrations_dir=migrations_copy)
+
+
+async def test_a_new_migration_applies_once(db_dsn: str, migrations_copy: Path) -> None:
+    (migrations_copy / "9999_probe.sql").write_text("CREATE TABLE probe (id int);\n")
+    assert await apply_migrations(db_dsn, migrations_dir=migrations_copy) == ["9999_probe"]
+    assert await apply_migrations(db_dsn, migrations_dir=migrations_copy) == []
+
+
+async def test_a_failing_migration_leaves_nothing_behind(
+    db_dsn: str, migrations_copy: Path
+) -> None:
+    (migrations_copy / "9999_broken.sql").write_text(
+        "CREATE TABLE half_done (id int);\nSELECT no_such_column FROM half_done;\n"
+    )
+    with pytest.raises(MigrationFailed, match=r"9999_broken\.sql failed"):
+        await apply_migrations(db_dsn, migrations_dir=migrations_copy)
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        assert await conn.fetchval("SELECT to_regclass('half_done')") is None
+        assert await conn.fetchval("SELECT max(version) FROM schema_migration") < 9999
+    finally:
+        await conn.close()
+
+
+def test_cli_migrate_reports_json(empty_dsn: str) -> None:
+    runner = CliRunner()
+    first = runner.invoke(app, ["migrate", "--database-url", empty_dsn, "--json"])
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["applied"] == ALL_NAMES
+    again = runner.invoke(app, ["migrate", "--json"], env={"DATABASE_URL": empty_dsn})
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout) == {"applied": [], "schema_version": int(ALL_NAMES[-1][:4])}
+
+
+def test_cli_migrate_names_an_unreachable_database() -> None:
+    dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    result = CliRunner().invoke(app, ["migrate", "--database-url", dsn])
+    assert result.exit_code == 2
+    assert "cannot reach Postgres" in result.stderr

@@ -1,0 +1,122 @@
+"""ID-5 (one occupying attempt per link key) and ID-4 (one link per remote locator)."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+import pytest
+
+from db.errors import (
+    AttemptSlotOccupiedError,
+    DuplicateAttemptOrdinalError,
+    RemoteLocatorClaimedError,
+    invariant_errors,
+)
+from tests.db.rows import (
+    insert_attempt,
+    insert_link,
+    insert_pack_install,
+    new_link_key,
+    set_status,
+)
+
+
+async def _terminal_failed_attempt(conn: asyncpg.Connection, link_key: str) -> object:
+    pack_install_id = await insert_pack_install(conn)
+    attempt_id = await insert_attempt(conn, pack_install_id, link_key=link_key)
+    await set_status(conn, "attempt", attempt_id, "terminal_failed")
+    return attempt_id
+
+
+async def test_a_second_active_attempt_for_a_link_key_is_rejected(db_pool: asyncpg.Pool) -> None:
+    link_key = new_link_key()
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        await insert_attempt(conn, pack_install_id, link_key=link_key, ordinal=1)
+        with pytest.raises(AttemptSlotOccupiedError), invariant_errors():
+            await insert_attempt(conn, pack_install_id, link_key=link_key, ordinal=2)
+        # Another link key is unaffected.
+        await insert_attempt(conn, pack_install_id, link_key=new_link_key(), ordinal=1)
+
+
+async def test_an_unsuperseded_terminal_failed_attempt_blocks_a_new_one(
+    db_pool: asyncpg.Pool,
+) -> None:
+    link_key = new_link_key()
+    async with db_pool.acquire() as conn:
+        await _terminal_failed_attempt(conn, link_key)
+        with pytest.raises(AttemptSlotOccupiedError), invariant_errors():
+            await insert_attempt(
+                conn, await insert_pack_install(conn), link_key=link_key, ordinal=2
+            )
+
+
+async def test_after_superseded_the_next_ordinal_is_accepted(db_pool: asyncpg.Pool) -> None:
+    link_key = new_link_key()
+    successor = uuid.uuid4()
+    async with db_pool.acquire() as conn:
+        first = await _terminal_failed_attempt(conn, link_key)
+        # superseded_by's foreign key is deferred: supersede first, then reserve.
+        async with conn.transaction():
+            await conn.execute(
+                "UPDATE connector_push_attempt SET status = 'superseded', superseded_by = $2"
+                " WHERE attempt_id = $1",
+                first,
+                successor,
+            )
+            await insert_attempt(
+                conn,
+                await insert_pack_install(conn),
+                link_key=link_key,
+                ordinal=2,
+                attempt_id=successor,
+            )
+        ordinals = await conn.fetch(
+            "SELECT attempt_ordinal, status FROM connector_push_attempt WHERE link_key = $1"
+            " ORDER BY attempt_ordinal",
+            link_key,
+        )
+        assert [tuple(row) for row in ordinals] == [(1, "superseded"), (2, "pending")]
+
+
+async def test_a_duplicate_ordinal_for_a_link_key_is_rejected(db_pool: asyncpg.Pool) -> None:
+    link_key = new_link_key()
+    async with db_pool.acquire() as conn:
+        first = await _terminal_failed_attempt(conn, link_key)
+        await set_status(conn, "attempt", first, "superseded")
+        with pytest.raises(DuplicateAttemptOrdinalError), invariant_errors():
+            await insert_attempt(
+                conn, await insert_pack_install(conn), link_key=link_key, ordinal=1
+            )
+
+
+async def test_a_finalized_attempt_releases_the_slot(db_pool: asyncpg.Pool) -> None:
+    link_key = new_link_key()
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        attempt_id = await insert_attempt(conn, pack_install_id, link_key=link_key)
+        for status in ("processing", "writeback_pending", "finalized"):
+            await set_status(conn, "attempt", attempt_id, status)
+        await insert_attempt(conn, pack_install_id, link_key=link_key, ordinal=2)
+
+
+async def test_a_remote_locator_belongs_to_one_non_retired_link(db_pool: asyncpg.Pool) -> None:
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        first = await insert_link(conn, pack_install_id, remote_id="remote-42")
+        with pytest.raises(RemoteLocatorClaimedError), invariant_errors():
+            await insert_link(conn, pack_install_id, remote_id="remote-42")
+        # Same remote id in another remote scope is another locator.
+        await insert_link(conn, pack_install_id, remote_id="remote-42", remote_scope="portal-2")
+        await set_status(conn, "link", first, "retired")
+        await insert_link(conn, pack_install_id, remote_id="remote-42")
+
+
+async def test_suspended_links_still_hold_their_locator(db_pool: asyncpg.Pool) -> None:
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        first = await insert_link(conn, pack_install_id, remote_id="remote-7")
+        await set_status(conn, "link", first, "suspended_drift")
+        with pytest.raises(RemoteLocatorClaimedError), invariant_errors():
+            await insert_link(conn, pack_install_id, remote_id="remote-7")
