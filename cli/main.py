@@ -25,6 +25,9 @@ def _register_all() -> None:
     from cli import sandbox_cmd
 
     sandbox_cmd.register(app)
+    from cli import migrate_cmd
+
+    migrate_cmd.register(app)
     from cli import ingress_cmd
 
     ingress_cmd.register(app)
