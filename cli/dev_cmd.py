@@ -100,7 +100,8 @@ class DevStack:
 
     def _start_children(self, env: dict[str, str]) -> None:
         sandbox = self.config.sandbox
-        sandbox_args = ["sandbox", "--host", sandbox.host, "--port", str(sandbox.port)]
+        sandbox_args = ["sandbox", "--host", sandbox.host, "--port", str(sandbox.port),
+                        "--config", str(self.config.resolve("examples/sandbox.yaml"))]
         if sandbox.persist_file:
             sandbox_args += ["--persist", str(self.config.resolve(sandbox.persist_file))]
         self.children.spawn_cli("sandbox", sandbox_args, env)

@@ -8,13 +8,19 @@ from typing import Any
 import asyncpg
 import httpx
 
+from activities.hooks import DispatchHooks
+from activities.link import LinkActivities
+from workflows.link import LinkWorkflow
+
 
 def workflow_classes() -> Sequence[type]:
     """Every workflow class the `connector-push` task queue serves."""
-    return []
+    return [LinkWorkflow]
 
 
-def activity_callables(pool: asyncpg.Pool, http: httpx.AsyncClient) -> Sequence[Callable[..., Any]]:
+def activity_callables(
+    pool: asyncpg.Pool, http: httpx.AsyncClient, hooks: DispatchHooks | None = None
+) -> Sequence[Callable[..., Any]]:
     """Activity methods bound to the shared pool and HTTP client."""
-    del pool, http
-    return []
+    link = LinkActivities(pool, http, hooks)
+    return [link.dispatch_create, link.write_mirror, link.apply_operator_action]

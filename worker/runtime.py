@@ -13,6 +13,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.hooks import DispatchHooks
 from protocol.timeouts import REMOTE_HTTP_TIMEOUT, WORKER_GRACEFUL_SHUTDOWN
 from worker import registry
 from workflows import search_attributes
@@ -53,13 +54,14 @@ def build_worker(
     http: httpx.AsyncClient,
     task_queue: str,
     workflows: Sequence[type] | None = None,
+    hooks: DispatchHooks | None = None,
 ) -> Worker:
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=list(workflows if workflows is not None else registry.workflow_classes()),
-        activities=list(registry.activity_callables(pool, http)),
+        activities=list(registry.activity_callables(pool, http, hooks)),
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
         graceful_shutdown_timeout=WORKER_GRACEFUL_SHUTDOWN,
         max_concurrent_activities=200,

@@ -1,0 +1,80 @@
+"""The CRM-facing entry (SPEC WF-2): report one save, get the admission decision.
+
+Admission is one Postgres transaction in the caller with zero remote I/O; then
+the link's workflow is woken with signal-with-start. If Temporal is unreachable
+the admission still stands and the relay dispatches it later.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, datetime
+
+import asyncpg
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+
+from activities.admission import admit_save
+from protocol.admission import (
+    AdmissionDecision,
+    CreateReserved,
+    DeferredAssociationReserved,
+    Rejected,
+    SaveRequest,
+)
+from protocol.messages import LinkWorkflowInput, RecordSaved
+from workflows.link import LinkWorkflow
+
+log = logging.getLogger(__name__)
+
+
+def decision_link_key(decision: AdmissionDecision) -> str | None:
+    if isinstance(decision, CreateReserved | DeferredAssociationReserved):
+        return decision.reservation.link_key
+    return decision.link_key
+
+
+def workflow_id(link_key: str) -> str:
+    """WF-1: one workflow per link key."""
+    return f"link/{link_key}"
+
+
+async def wake_link(client: Client, task_queue: str, link_key: str, save_id: str | None) -> None:
+    """Signal-with-start `record_saved`: the signal only says "look for work"."""
+    await client.start_workflow(
+        LinkWorkflow.run,
+        LinkWorkflowInput(link_key=link_key),
+        id=workflow_id(link_key),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal="record_saved",
+        start_signal_args=[RecordSaved(save_id=save_id)],
+        static_summary=f"link {link_key}",
+    )
+
+
+async def report_save(
+    pool: asyncpg.Pool,
+    client: Client | None,
+    task_queue: str,
+    save: SaveRequest,
+    save_id: str | None = None,
+) -> AdmissionDecision:
+    """Admit one save and wake its workflow; the decision stands even if waking fails."""
+    idempotency_key = str(uuid.uuid4())
+    decision = await admit_save(
+        pool,
+        save,
+        idempotency_key=idempotency_key,
+        locator_value=f"cp-{idempotency_key}",
+        now=datetime.now(UTC),
+    )
+    key = decision_link_key(decision)
+    if isinstance(decision, Rejected) or key is None or client is None:
+        return decision
+    try:
+        await wake_link(client, task_queue, key, save_id)
+    except Exception:  # Temporal down: the relay signals links with pending work later
+        log.warning("could not wake workflow; relay will dispatch", extra={"link_key": key})
+    return decision
