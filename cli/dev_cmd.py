@@ -18,6 +18,7 @@ import asyncpg
 import typer
 from rich.console import Console
 
+from cli.demo_data import load_demo
 from cli.errors import fail
 from cli.stack.devconfig import DevConfig, load_dev_config
 from cli.stack.postgres import EmbeddedPostgres
@@ -28,9 +29,13 @@ from db.migrate import apply_migrations
 
 console = Console()
 
-# Steps run after migrations to give a newcomer something to push (set by later modules).
+# Steps run after migrations to give a newcomer something to push.
 DemoLoader = Callable[[str, DevConfig], Awaitable[list[str]]]
-DEMO_LOADERS: list[DemoLoader] = []
+DEMO_LOADERS: list[DemoLoader] = [load_demo]
+
+# Signing secrets for the demo ingress endpoints in `make dev` only (see README).
+DEV_WEBHOOK_SECRET = "dev-webhook-secret"
+DEV_ACTION_SECRET = "dev-action-secret"
 
 
 @dataclass
@@ -100,18 +105,30 @@ class DevStack:
 
     def _start_children(self, env: dict[str, str]) -> None:
         sandbox = self.config.sandbox
-        sandbox_args = ["sandbox", "--host", sandbox.host, "--port", str(sandbox.port),
-                        "--config", str(self.config.resolve("examples/sandbox.yaml"))]
+        sandbox_args = [
+            "sandbox",
+            "--host",
+            sandbox.host,
+            "--port",
+            str(sandbox.port),
+            "--config",
+            str(self.config.resolve("examples/sandbox.yaml")),
+        ]
         if sandbox.persist_file:
             sandbox_args += ["--persist", str(self.config.resolve(sandbox.persist_file))]
         self.children.spawn_cli("sandbox", sandbox_args, env)
         self.children.spawn_cli("worker", ["worker"], env)
         ingress = self.config.ingress
-        self.children.spawn_cli(
-            "ingress",
-            ["ingress", "--host", ingress.host, "--port", str(ingress.port)],
-            {**env, "CONNECTOR_PUSH_INGRESS_CONFIG": str(self.config.resolve("examples/ingress.yaml"))},
-        )
+        ingress_env = {
+            **env,
+            "CONNECTOR_PUSH_INGRESS_HOST": ingress.host,
+            "CONNECTOR_PUSH_INGRESS_PORT": str(ingress.port),
+            # Development-only signing secrets, unless the caller exported real ones.
+            "DEMO_WEBHOOK_SECRET": os.environ.get("DEMO_WEBHOOK_SECRET", DEV_WEBHOOK_SECRET),
+            "DEMO_ACTION_SECRET": os.environ.get("DEMO_ACTION_SECRET", DEV_ACTION_SECRET),
+        }
+        policy = str(self.config.resolve("examples/ingress.yaml"))
+        self.children.spawn_cli("ingress", ["ingress", "--config", policy], ingress_env)
 
     def stop(self) -> None:
         self.children.stop_all()
@@ -134,9 +151,7 @@ def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
     console.print(f"  export DATABASE_URL={endpoints.database_url}")
     console.print(f"  export TEMPORAL_ADDRESS={endpoints.temporal_address}")
     console.print("  connector-push pack show")
-    console.print(
-        f"  curl -s http://{config.sandbox.host}:{config.sandbox.port}/_sandbox/ledger"
-    )
+    console.print(f"  curl -s http://{config.sandbox.host}:{config.sandbox.port}/_sandbox/ledger")
     console.print("\nCtrl-C stops everything; data stays in .dev-data/ for the next run.")
 
 

@@ -18,22 +18,30 @@ def _root() -> None:
 
 
 def _register_all() -> None:
-    # Each command module exposes `register(app)`; add one line per module.
-    from cli import worker_cmd
+    # Each command module exposes `register(app)`; imported here so `--help` stays fast
+    # to extend and no module does work at import time.
+    from cli import (
+        dev_cmd,
+        ingress_cmd,
+        link_key,
+        migrate_cmd,
+        pack_cmd,
+        records_cmd,
+        sandbox_cmd,
+        worker_cmd,
+    )
 
-    worker_cmd.register(app)
-    from cli import sandbox_cmd
-
-    sandbox_cmd.register(app)
-    from cli import migrate_cmd
-
-    migrate_cmd.register(app)
-    from cli import ingress_cmd
-
-    ingress_cmd.register(app)
-    from cli import link_key
-
-    link_key.register(app)
+    for module in (
+        dev_cmd,
+        worker_cmd,
+        migrate_cmd,
+        pack_cmd,
+        records_cmd,
+        sandbox_cmd,
+        ingress_cmd,
+        link_key,
+    ):
+        module.register(app)
 
 
 _register_all()
