@@ -1,0 +1,119 @@
+"""Pack installs (SPEC PACK-1, ID-3, ID-6): validate a manifest and activate it.
+
+Each apply that changes anything creates a new install incarnation
+(`PackInstallId`); links and attempts freeze that id and compare it on use.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from db import packs as q
+from db.records import Conn
+from protocol.manifest import PackManifest, parse_manifest
+from protocol.snapshots import manifest_digest
+
+# Manifest lineage entries name action slots (protocol/manifest.py checks them so).
+ACTION_SLOT: str = "action"
+
+
+class PackApplyConflict(Exception):
+    """The active install changed under the owner-key lock (someone bypassed it)."""
+
+
+class ApplyOutcome(StrEnum):
+    INSTALLED = "installed"
+    UNCHANGED = "unchanged"
+
+
+class ApplyPackResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    outcome: ApplyOutcome
+    pack_install_id: str
+    connector_owner_key: str
+    manifest_digest: str
+    replaced_pack_install_id: str | None = None
+    lineage_entries: int = 0
+
+
+class ActivePack(BaseModel):
+    """The active install of one owner key, with its manifest re-validated."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pack_install_id: str
+    connector_owner_key: str
+    manifest_digest: str
+    manifest: PackManifest
+    activated_at: datetime | None
+    lineage: tuple[q.LineageRow, ...]
+
+
+def _lineage_rows(install_id: str, manifest: PackManifest) -> list[q.LineageRow]:
+    return [
+        q.LineageRow(install_id, ACTION_SLOT, entry.kind.value, entry.from_slot, entry.to_slot)
+        for entry in manifest.lineage
+    ]
+
+
+def _manifest_json(manifest: PackManifest) -> str:
+    return json.dumps(manifest.model_dump(mode="json", by_alias=True), separators=(",", ":"))
+
+
+async def apply_pack(conn: Conn, document: Mapping[str, object] | PackManifest) -> ApplyPackResult:
+    """Validate `document` and make it the owner key's active install, in one transaction.
+
+    Raises `ManifestInvalid` before touching the database. Idempotent on the
+    manifest digest: re-applying the active manifest writes nothing.
+    """
+    manifest = document if isinstance(document, PackManifest) else parse_manifest(document)
+    digest = manifest_digest(manifest)
+    owner = manifest.connector_owner_key
+    async with conn.transaction():
+        await q.lock_owner_key(conn, owner)
+        current = await q.select_active_install(conn, owner)
+        if current is not None and current.manifest_digest == digest:
+            return ApplyPackResult(
+                outcome=ApplyOutcome.UNCHANGED,
+                pack_install_id=current.pack_install_id,
+                connector_owner_key=owner,
+                manifest_digest=digest,
+            )
+        if current is not None and not await q.deactivate_install(conn, current.pack_install_id):
+            raise PackApplyConflict(f"install {current.pack_install_id} stopped being active")
+        new = await q.insert_active_install(
+            conn, owner, manifest.namespace, _manifest_json(manifest), digest
+        )
+        lineage = _lineage_rows(new.pack_install_id, manifest)
+        await q.insert_lineage(conn, new.pack_install_id, lineage)
+    return ApplyPackResult(
+        outcome=ApplyOutcome.INSTALLED,
+        pack_install_id=new.pack_install_id,
+        connector_owner_key=owner,
+        manifest_digest=digest,
+        replaced_pack_install_id=current.pack_install_id if current else None,
+        lineage_entries=len(lineage),
+    )
+
+
+async def _active_pack(conn: Conn, row: q.PackInstallRow) -> ActivePack:
+    return ActivePack(
+        pack_install_id=row.pack_install_id,
+        connector_owner_key=row.connector_owner_key,
+        manifest_digest=row.manifest_digest,
+        manifest=parse_manifest(row.manifest),
+        activated_at=row.activated_at,
+        lineage=tuple(await q.select_lineage(conn, row.pack_install_id)),
+    )
+
+
+async def get_active_pack(conn: Conn, owner_key: str) -> ActivePack | None:
+    """The owner key's active install, or None when it has none."""
+    row = await q.select_active_install(conn, owner_key)
+    return None if row is None else await _active_pack(conn, row)

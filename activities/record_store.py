@@ -1,0 +1,127 @@
+"""The local record store (SPEC PACK-3): one small interface over the CRM's records.
+
+`RecordStore` is what admission and mirror writeback depend on; `PostgresRecordStore`
+implements it over `crm_record` and the permission tables, so a deployment can
+swap in an adapter for the CRM's own store without touching the callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Protocol, TypeAlias
+
+import asyncpg
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+from db import records as q
+from protocol.authority import PermissionFacts
+
+
+class LocalRecord(BaseModel):
+    """One local record as the store holds it; `deleted` records are still returned."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source_object: str
+    record_id: str
+    fields: dict[str, JsonValue]
+    version: int
+    deleted: bool
+    updated_at: datetime
+
+
+class RecordStore(Protocol):
+    async def read_record(self, source_object: str, record_id: str) -> LocalRecord | None:
+        """The record (even if deleted), or None when the store never had it."""
+        ...
+
+    async def read_permissions(
+        self, user_id: str, source_object: str, record_id: str
+    ) -> PermissionFacts:
+        """The user's read facts; anything not granted is unreadable (fail closed)."""
+        ...
+
+    async def compare_and_set_mirror(
+        self,
+        source_object: str,
+        record_id: str,
+        expected: Mapping[str, JsonValue],
+        new: Mapping[str, JsonValue],
+    ) -> bool:
+        """Write `new` only if every `expected` field holds its value (None: absent or null).
+
+        False, with nothing changed, on any mismatch or a deleted/missing record.
+        Every field in `new` must appear in `expected`: a writeback never writes blind.
+        """
+        ...
+
+    async def exists(self, source_object: str, record_id: str) -> bool:
+        """True when the record is present and not deleted."""
+        ...
+
+
+PoolOrConnection: TypeAlias = "asyncpg.Pool[asyncpg.Record] | q.Conn"
+
+
+class PostgresRecordStore:
+    """`RecordStore` over Postgres.
+
+    Given a pool, each call takes its own connection; given a connection, calls
+    run on it, inside whatever transaction the caller has open.
+    """
+
+    def __init__(self, db: PoolOrConnection) -> None:
+        self._db = db
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[q.Conn]:
+        if isinstance(self._db, asyncpg.Pool):
+            async with self._db.acquire() as conn:
+                yield conn
+        else:
+            yield self._db
+
+    async def read_record(self, source_object: str, record_id: str) -> LocalRecord | None:
+        async with self._conn() as conn:
+            row = await q.select_record(conn, source_object, record_id)
+        if row is None:
+            return None
+        return LocalRecord(
+            source_object=row.source_object,
+            record_id=row.record_id,
+            fields=row.fields,
+            version=row.version,
+            deleted=row.deleted,
+            updated_at=row.updated_at,
+        )
+
+    async def read_permissions(
+        self, user_id: str, source_object: str, record_id: str
+    ) -> PermissionFacts:
+        async with self._conn() as conn:
+            row = await q.select_permissions(conn, user_id, source_object, record_id)
+        return PermissionFacts(
+            object_readable=row.object_readable,
+            record_readable=row.record_readable,
+            readable_fields=row.readable_fields,
+        )
+
+    async def compare_and_set_mirror(
+        self,
+        source_object: str,
+        record_id: str,
+        expected: Mapping[str, JsonValue],
+        new: Mapping[str, JsonValue],
+    ) -> bool:
+        unguarded = sorted(set(new) - set(expected))
+        if unguarded:
+            raise ValueError(f"compare_and_set_mirror: no expected value for {unguarded}")
+        async with self._conn() as conn:
+            version = await q.compare_and_set_fields(conn, source_object, record_id, expected, new)
+        return version is not None
+
+    async def exists(self, source_object: str, record_id: str) -> bool:
+        async with self._conn() as conn:
+            return await q.record_exists(conn, source_object, record_id)

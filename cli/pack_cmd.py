@@ -1,0 +1,227 @@
+"""`connector-push pack apply|show|list`: pack manifests installed in Postgres (PACK-1)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from activities.packs import ActivePack, ApplyOutcome, ApplyPackResult, apply_pack, get_active_pack
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
+from cli.database import resolve_dsn as _dsn
+from cli.errors import fail
+from db import packs as q
+from db.records import Conn
+from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
+
+OwnerKey = Annotated[
+    str | None,
+    typer.Option(
+        "--owner-key",
+        help="ConnectorOwnerKey (default: the only owner key with an active pack)",
+        show_default=False,
+    ),
+]
+
+
+def validate_manifest_file(path: Path) -> PackManifest:
+    """Read and validate a manifest file; invalid input exits non-zero naming the field."""
+    document = read_document(path)
+    if not isinstance(document, Mapping):
+        bad_input(f"{path}: a pack manifest is a mapping of manifest fields")
+    try:
+        return parse_manifest(document)
+    except ManifestInvalid as exc:
+        bad_input(f"{path}: {exc}")
+
+
+def _short(digest: str) -> str:
+    return digest[:12]
+
+
+def _print_apply(result: ApplyPackResult) -> None:
+    owner, install = result.connector_owner_key, result.pack_install_id
+    if result.outcome is ApplyOutcome.UNCHANGED:
+        typer.echo(
+            f"unchanged: {owner} is already active as install {install} "
+            f"(digest {_short(result.manifest_digest)}); nothing written"
+        )
+        return
+    replaced = result.replaced_pack_install_id
+    typer.echo(
+        f"installed: {owner} install {install} (digest {_short(result.manifest_digest)}) "
+        f"is active; {f'replaced {replaced}' if replaced else 'first install'}; "
+        f"{result.lineage_entries} lineage entr{'y' if result.lineage_entries == 1 else 'ies'}"
+    )
+
+
+async def _apply(dsn: str, manifest: PackManifest) -> ApplyPackResult:
+    async with connect(dsn) as conn:
+        return await apply_pack(conn, manifest)
+
+
+def apply_command(
+    file: Annotated[Path, typer.Argument(help="Pack manifest (YAML or JSON).", show_default=False)],
+    database_url: DatabaseUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Validate a manifest and make it the active install for its ConnectorOwnerKey."""
+    manifest = validate_manifest_file(file)
+    result = asyncio.run(_apply(_dsn(database_url), manifest))
+    if as_json:
+        echo_json(result.model_dump(mode="json"))
+    else:
+        _print_apply(result)
+
+
+async def _resolve_owner(conn: Conn, owner_key: str | None) -> str:
+    if owner_key is not None:
+        return owner_key
+    owners = await q.select_active_owner_keys(conn)
+    if not owners:
+        fail("no active pack: run `connector-push pack apply FILE` first")
+    if len(owners) > 1:
+        fail(f"several owner keys have active packs ({', '.join(owners)}): pass --owner-key")
+    return owners[0]
+
+
+async def _show(dsn: str, owner_key: str | None) -> ActivePack:
+    async with connect(dsn) as conn:
+        owner = await _resolve_owner(conn, owner_key)
+        active = await get_active_pack(conn, owner)
+    if active is None:
+        fail(f"no active pack for owner key {owner!r}")
+    return active
+
+
+def _show_json(pack: ActivePack) -> dict[str, object]:
+    return {
+        "pack_install_id": pack.pack_install_id,
+        "connector_owner_key": pack.connector_owner_key,
+        "manifest_digest": pack.manifest_digest,
+        "activated_at": pack.activated_at.isoformat() if pack.activated_at else None,
+        "manifest": pack.manifest.model_dump(mode="json", by_alias=True),
+        "lineage": [
+            {
+                "slot_type": r.slot_type,
+                "kind": r.kind,
+                "from_slot": r.from_slot,
+                "to_slot": r.to_slot,
+            }
+            for r in pack.lineage
+        ],
+    }
+
+
+# Ids are copied into other commands, so they are never wrapped; other columns give way.
+_NO_WRAP = frozenset({"install id", "digest", "id"})
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, no_wrap=column in _NO_WRAP, overflow="fold")
+    return table
+
+
+def _add(table: Table, *cells: str) -> None:
+    """Cells are data, never markup."""
+    table.add_row(*(escape(cell) for cell in cells))
+
+
+def _print_pack(pack: ActivePack) -> None:
+    m = pack.manifest
+    console = Console()
+    since = f"{pack.activated_at:%Y-%m-%d %H:%M:%S %Z}" if pack.activated_at else "?"
+    console.print(
+        f"[bold]{escape(m.connector_owner_key)}[/] (namespace {escape(m.namespace)}) "
+        f"install {pack.pack_install_id}, digest {_short(pack.manifest_digest)}, "
+        f"active since {since}",
+        highlight=False,
+    )
+    slots = _table("action slots", "id", "source object", "destination", "flow", "mapped fields")
+    for s in m.action_slots:
+        fields = ", ".join(r.source_field + ("*" if r.required else "") for r in s.mappings)
+        flow = f"{s.flow_developer_name}/{s.flow_action_name} v{s.flow_version}"
+        _add(slots, s.id, s.source_object, s.destination_slot, flow, fields)
+    dests = _table("destination slots", "id", "target object", "remote scope", "profile")
+    for d in m.destination_slots:
+        _add(dests, d.id, d.target_object, d.remote_scope, d.profile)
+    profiles = _table("profiles", "name", "credentialRef", "base URL", "POST idempotency")
+    for p in m.profiles:
+        post = p.idempotency.post.header if p.idempotency.post else "-"
+        _add(profiles, p.name, p.credential_ref, p.base_url, post)
+    lineage = _table("lineage", "kind", "from slot", "to slot")
+    for r in pack.lineage:
+        _add(lineage, r.kind, r.from_slot, r.to_slot or "-")
+    for table in (slots, dests, profiles, lineage):
+        console.print(table)
+
+
+def show_command(
+    owner_key: OwnerKey = None, database_url: DatabaseUrl = None, as_json: AsJson = False
+) -> None:
+    """Show the active pack of one ConnectorOwnerKey: slots, profiles and lineage."""
+    pack = asyncio.run(_show(_dsn(database_url), owner_key))
+    if as_json:
+        echo_json(_show_json(pack))
+    else:
+        _print_pack(pack)
+
+
+async def _list(dsn: str, owner_key: str | None) -> list[q.PackInstallRow]:
+    async with connect(dsn) as conn:
+        return await q.select_installs(conn, owner_key)
+
+
+def _list_json(row: q.PackInstallRow) -> dict[str, object]:
+    return {
+        "pack_install_id": row.pack_install_id,
+        "connector_owner_key": row.connector_owner_key,
+        "connector_namespace": row.connector_namespace,
+        "manifest_digest": row.manifest_digest,
+        "active": row.active,
+        "created_at": row.created_at.isoformat(),
+        "deactivated_at": row.deactivated_at.isoformat() if row.deactivated_at else None,
+    }
+
+
+def list_command(
+    owner_key: Annotated[
+        str | None, typer.Option("--owner-key", help="Only this ConnectorOwnerKey.")
+    ] = None,
+    database_url: DatabaseUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """List every pack install incarnation, oldest first, marking the active one."""
+    rows = asyncio.run(_list(_dsn(database_url), owner_key))
+    if as_json:
+        echo_json([_list_json(row) for row in rows])
+        return
+    table = _table("pack installs", "owner key", "install id", "digest", "active", "created")
+    for row in rows:
+        created = f"{row.created_at:%Y-%m-%d %H:%M}"
+        active = "yes" if row.active else "-"
+        _add(
+            table,
+            row.connector_owner_key,
+            row.pack_install_id,
+            _short(row.manifest_digest),
+            active,
+            created,
+        )
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    pack = typer.Typer(help="Pack manifests: apply, show, list.", no_args_is_help=True)
+    pack.command("apply")(apply_command)
+    pack.command("show")(show_command)
+    pack.command("list")(list_command)
+    app.add_typer(pack, name="pack")
