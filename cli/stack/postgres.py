@@ -110,11 +110,11 @@ class EmbeddedPostgres:
     def start(self) -> None:
         """Initialise the cluster if new, then start it; no-op when already running."""
         self._prepare_dirs()
-        if not (self.data_dir / "PG_VERSION").exists():
-            self._initdb()
         if self.is_running():
             return
         ensure_port_free(self.host, self.port, _PORT_SETTING)
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._initdb()
         try:
             self._pg_ctl("-w", "-t", "60", "-l", str(self.log_path), "-o", self._server_options())
         except StackError as exc:

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 
 from cli.stack.postgres import EmbeddedPostgres, StackError, free_port
+
+
+@pytest.fixture
+def cluster_dir() -> Iterator[Path]:
+    # Not tmp_path: pytest resets its base dir to 0700 at every session start,
+    # which locks out the unprivileged user Postgres runs as under root.
+    root = Path(tempfile.mkdtemp(prefix="cp-pg-launcher-"))
+    yield root / "pg"
+    shutil.rmtree(root, ignore_errors=True)
 
 
 async def _query(server: EmbeddedPostgres, sql: str) -> object:
@@ -19,8 +31,8 @@ async def _query(server: EmbeddedPostgres, sql: str) -> object:
         await conn.close()
 
 
-async def test_a_second_start_reuses_the_data(tmp_path: Path) -> None:
-    server = EmbeddedPostgres(tmp_path / "pg", "127.0.0.1", free_port(), durable=False)
+async def test_a_second_start_reuses_the_data(cluster_dir: Path) -> None:
+    server = EmbeddedPostgres(cluster_dir, "127.0.0.1", free_port(), durable=False)
     try:
         server.start()
         assert server.is_running()
@@ -36,12 +48,13 @@ async def test_a_second_start_reuses_the_data(tmp_path: Path) -> None:
     assert not server.is_running()
 
 
-def test_a_busy_port_names_the_port_and_the_setting(tmp_path: Path) -> None:
+def test_a_busy_port_names_the_port_and_the_setting(cluster_dir: Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        server = EmbeddedPostgres(tmp_path / "pg", "127.0.0.1", port)
+        server = EmbeddedPostgres(cluster_dir, "127.0.0.1", port)
         with pytest.raises(StackError, match=rf"127\.0\.0\.1:{port} is busy.*postgres\.port"):
             server.start()
     assert not server.is_running()
+    assert not (cluster_dir / "PG_VERSION").exists(), "fails before initialising a cluster"
