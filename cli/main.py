@@ -23,6 +23,7 @@ def _register_all() -> None:
     from cli import (
         dev_cmd,
         ingress_cmd,
+        link_cmds,
         link_key,
         migrate_cmd,
         pack_cmd,
@@ -40,6 +41,7 @@ def _register_all() -> None:
         sandbox_cmd,
         ingress_cmd,
         link_key,
+        link_cmds,
     ):
         module.register(app)
 

@@ -1,0 +1,132 @@
+"""`save`, `links list|show`, `attempts list|show`: the CRM's entry and the operator's view."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, Any
+
+import asyncpg
+import typer
+from pydantic import TypeAdapter
+from rich.console import Console
+from rich.table import Table
+
+from cli.database import AsJson, DatabaseUrl, resolve_dsn
+from cli.stack.devconfig import load_dev_config
+from protocol.admission import AdmissionDecision, SaveRequest
+from worker.client import connect_temporal
+from worker.crm import report_save
+from worker.settings import RuntimeSettings
+
+console = Console()
+_DECISION = TypeAdapter(AdmissionDecision)
+
+LINK_COLUMNS = "link_key, source_object, source_record_id, action_slot_id, status, remote_id"
+ATTEMPT_COLUMNS = (
+    "attempt_id, link_key, source_record_id, attempt_ordinal, status, dispatch_lane, last_error"
+)
+
+
+async def _save(dsn: str, save: SaveRequest) -> AdmissionDecision:
+    settings = RuntimeSettings()
+    address = settings.temporal_address or load_dev_config().temporal.address
+    settings = settings.model_copy(update={"temporal_address": address})
+    client = await connect_temporal(settings)
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    try:
+        return await report_save(pool, client, settings.task_queue, save)
+    finally:
+        await pool.close()
+
+
+async def _rows(dsn: str, sql: str, *args: object) -> list[dict[str, Any]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [dict(r) for r in await conn.fetch(sql, *args)]
+    finally:
+        await conn.close()
+
+
+def _print(rows: list[dict[str, Any]], as_json: bool, title: str) -> None:
+    if as_json:
+        console.print_json(json.dumps(rows, default=str))
+        return
+    table = Table(title=title)
+    for column in rows[0] if rows else ["(none)"]:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(v) if v is not None else "" for v in row.values()))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("save")
+    def save_command(
+        owner_key: Annotated[str, typer.Option("--owner-key", help="ConnectorOwnerKey")],
+        action_slot: Annotated[str, typer.Option("--action-slot", help="ActionSlotId")],
+        destination_slot: Annotated[str, typer.Option("--destination-slot")],
+        source_object: Annotated[str, typer.Option("--source-object")],
+        record_id: Annotated[str, typer.Option("--record-id")],
+        user: Annotated[str, typer.Option("--user", help="originating user id")],
+        database_url: DatabaseUrl = None,
+        as_json: AsJson = False,
+    ) -> None:
+        """Report a record save as the CRM would (WF-2): admission, then wake the workflow."""
+        save = SaveRequest(
+            connector_owner_key=owner_key, action_slot_id=action_slot,
+            destination_slot_id=destination_slot, source_object=source_object,
+            source_record_id=record_id, originating_user_id=user,
+        )  # fmt: skip
+        decision = asyncio.run(_save(resolve_dsn(database_url), save))
+        data = _DECISION.dump_python(decision, mode="json")
+        if as_json:
+            console.print_json(json.dumps(data))
+        else:
+            console.print(f"[bold]{decision.kind}[/] {data.get('reason', '')}".rstrip())
+        if decision.kind == "rejected":
+            raise typer.Exit(3)
+
+    links = typer.Typer(help="Remote links (the finalized remote-id SSoT).")
+    attempts = typer.Typer(help="Create attempts (the pending-create SSoT).")
+
+    @links.command("list")
+    def links_list(
+        status: Annotated[str | None, typer.Option(help="filter by status")] = None,
+        database_url: DatabaseUrl = None,
+        as_json: AsJson = False,
+    ) -> None:
+        """List links, newest first."""
+        sql = (
+            f"SELECT {LINK_COLUMNS} FROM connector_remote_link "
+            "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT 500"
+        )
+        _print(asyncio.run(_rows(resolve_dsn(database_url), sql, status)), as_json, "links")
+
+    @links.command("show")
+    def links_show(link_key: str, database_url: DatabaseUrl = None) -> None:
+        """One link row, in full, as JSON."""
+        sql = "SELECT * FROM connector_remote_link WHERE link_key = $1"
+        _print(asyncio.run(_rows(resolve_dsn(database_url), sql, link_key)), True, "link")
+
+    @attempts.command("list")
+    def attempts_list(
+        status: Annotated[str | None, typer.Option(help="filter by status")] = None,
+        database_url: DatabaseUrl = None,
+        as_json: AsJson = False,
+    ) -> None:
+        """List create attempts, newest first."""
+        sql = (
+            f"SELECT {ATTEMPT_COLUMNS} FROM connector_push_attempt "
+            "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT 500"
+        )
+        _print(asyncio.run(_rows(resolve_dsn(database_url), sql, status)), as_json, "attempts")
+
+    @attempts.command("show")
+    def attempts_show(attempt_id: str, database_url: DatabaseUrl = None) -> None:
+        """One attempt row, in full, as JSON."""
+        sql = "SELECT * FROM connector_push_attempt WHERE attempt_id::text = $1"
+        _print(asyncio.run(_rows(resolve_dsn(database_url), sql, attempt_id)), True, "attempt")
+
+    app.add_typer(links, name="links")
+    app.add_typer(attempts, name="attempts")
