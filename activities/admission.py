@@ -17,6 +17,7 @@ from activities.record_store import PostgresRecordStore
 from activities.rows import attempt_summary, attempt_values, link_snapshot
 from db import links as q
 from db import packs as packs_q
+from db import patches as patches_q
 from db.errors import AttemptSlotOccupiedError, invariant_errors
 from db.records import Conn
 from protocol.active import ActiveMetadata, resolve_active
@@ -28,11 +29,13 @@ from protocol.admission import (
     DeferredAssociationReserved,
     LineageRow,
     ObservedActiveAttempt,
+    PatchQueued,
     RecordView,
     Rejected,
     SaveRequest,
 )
-from protocol.errors import RejectReason
+from protocol.drift import classify, fails_closed
+from protocol.errors import RejectReason, SuspendReason
 from protocol.gates import association_lookups, decide_admission
 from protocol.identity import InvalidIdentityPart, link_key
 from protocol.states import AttemptStatus, LinkStatus
@@ -71,11 +74,49 @@ async def admit_locked(
     now: datetime,
 ) -> AdmissionDecision:
     """Admission inside a transaction that already holds the link key's lock."""
-    ctx = await _context(conn, key, save, idempotency_key, locator_value, now)
-    return await _record(conn, key, decide_admission(ctx))
+    ctx, active = await load_context(
+        conn, key, save, now=now, idempotency_key=idempotency_key, locator_value=locator_value
+    )
+    return await _record(conn, key, save, _drift_first(ctx, active, decide_admission(ctx)))
 
 
-async def _record(conn: Conn, key: str, decision: AdmissionDecision) -> AdmissionDecision:
+def _drift_first(
+    ctx: AdmissionContext, active: ActiveMetadata | None, decision: AdmissionDecision
+) -> AdmissionDecision:
+    """A finalized link whose slot no longer resolves cleanly is drift, not a bad save:
+    refusing the save must also suspend the link (DRIFT-2), whatever gate failed first."""
+    link = ctx.link
+    if (
+        not isinstance(decision, Rejected)
+        or link is None
+        or link.status is not LinkStatus.FINALIZED
+    ):
+        return decision
+    if decision.reason is RejectReason.DRIFT_FAIL_CLOSED:
+        return decision
+    findings = classify(link, active)
+    if not fails_closed(findings):
+        return decision
+    return Rejected(
+        reason=RejectReason.DRIFT_FAIL_CLOSED,
+        detail=f"{decision.reason.value}: {decision.detail}".rstrip(": "),
+        link_key=link.link_key,
+        findings=tuple(findings),
+    )
+
+
+async def _record(
+    conn: Conn, key: str, save: SaveRequest, decision: AdmissionDecision
+) -> AdmissionDecision:
+    if isinstance(decision, PatchQueued):
+        await patches_q.queue_patch(conn, key, save.originating_user_id)
+        return decision
+    if isinstance(decision, Rejected) and decision.reason is RejectReason.DRIFT_FAIL_CLOSED:
+        # DRIFT-2: the finalized link is suspended with its findings; nothing is sent.
+        findings = [f.model_dump(mode="json") for f in decision.findings]
+        await patches_q.suspend_link(conn, key, SuspendReason.DRIFT.value, findings)
+        await patches_q.supersede_queued(conn, key, "link suspended: drift")
+        return decision
     if not isinstance(decision, CreateReserved | DeferredAssociationReserved):
         return decision
     ordinal = 1 + max(
@@ -97,14 +138,16 @@ async def _record(conn: Conn, key: str, decision: AdmissionDecision) -> Admissio
     return decision
 
 
-async def _context(
+async def load_context(
     conn: Conn,
     key: str,
     save: SaveRequest,
-    idempotency_key: str,
-    locator_value: str,
+    *,
     now: datetime,
-) -> AdmissionContext:
+    idempotency_key: str = "patch-dispatch",
+    locator_value: str | None = None,
+) -> tuple[AdmissionContext, ActiveMetadata | None]:
+    """Everything the gates read, as one plain snapshot (and the active metadata)."""
     active = await _active(conn, save)
     store = PostgresRecordStore(conn)
     record = await store.read_record(save.source_object, save.source_record_id)
@@ -120,7 +163,7 @@ async def _context(
         else None
     )
     link_row = await q.link_by_key(conn, key)
-    return AdmissionContext(
+    ctx = AdmissionContext(
         save=save,
         active=active,
         link=link_snapshot(link_row) if link_row is not None else None,
@@ -133,13 +176,20 @@ async def _context(
         locator_value=locator_value,
         decided_at=now,
     )
+    return ctx, active
 
 
 async def _active(conn: Conn, save: SaveRequest) -> ActiveMetadata | None:
     pack = await get_active_pack(conn, save.connector_owner_key)
     if pack is None:
         return None
-    return resolve_active(pack.manifest, pack.pack_install_id, save.action_slot_id)
+    return resolve_active(
+        pack.manifest,
+        pack.pack_install_id,
+        save.action_slot_id,
+        save.destination_slot_id,
+        install_ancestors=frozenset(pack.ancestors),
+    )
 
 
 async def _lineage_rows(

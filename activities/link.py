@@ -21,19 +21,23 @@ from temporalio.exceptions import ApplicationError
 from activities import remote
 from activities.hooks import DispatchHooks
 from activities.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
-from activities.operator import apply_operator_action
+from activities.operator import apply_operator_action, park_in_flight
+from activities.patch import plan_patch, record_outcome
 from activities.record_store import PostgresRecordStore
 from activities.rows import link_view, request_of
 from db import links as q
+from db import patches as pq
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import (
     DispatchInput,
+    EvidenceInput,
     LinkView,
     MirrorInput,
     OperatorActionInput,
     OperatorResult,
+    ParkInput,
     StepKind,
     StepResult,
 )
@@ -48,6 +52,7 @@ from protocol.outcome import (
     RetrySameRequest,
     Transport,
     interpret_locator_lookup,
+    interpret_patch,
     interpret_post,
     resume_post,
 )
@@ -317,6 +322,55 @@ class LinkActivities:
                     f"locator lookup inconclusive: {reason}", type="LocatorRecovery"
                 )
 
+    # -- PATCH (PATCH-1..3) -------------------------------------------------------------
+
+    @activity.defn
+    async def dispatch_patch(self, input: DispatchInput) -> StepResult:
+        """Claim the queued PATCH, gate it, send it to the link's remote id, record the outcome."""
+        key = input.link_key
+        async with self._pool.acquire() as conn, conn.transaction():
+            await q.lock_link_key(conn, key)
+            plan = await plan_patch(conn, key)
+            if plan is None:
+                return await self._settled(conn, key)
+        if not plan.checkpointed:
+            async with self._pool.acquire() as conn:
+                if not await pq.checkpoint_patch(conn, plan.patch_id, plan.token):
+                    raise _fail(E.TRANSITION_CONFLICT, "PATCH claim lost; sent nothing",
+                                await self._view(conn, key))  # fmt: skip
+        activity.heartbeat()
+        obs = await remote.send(
+            self._http, "PATCH", plan.link.profile, plan.path, {}, plan.body,
+            previously_started=plan.checkpointed,
+        )  # fmt: skip
+        async with self._pool.acquire() as conn, conn.transaction():
+            await q.lock_link_key(conn, key)
+            if obs.transport is Transport.NOT_SENT:
+                await pq.clear_patch_checkpoint(conn, plan.patch_id, plan.token)
+            outcome = interpret_patch(obs, plan.link.profile.patch_replay_safe)
+            await record_outcome(conn, plan, outcome, obs)
+            return await self._settled(conn, key)
+
+    @activity.defn
+    async def apply_remote_evidence(self, input: EvidenceInput) -> StepResult:
+        """ING-6: the remote deleted the linked object: suspend the link, never re-create."""
+        ev = input.evidence
+        async with self._pool.acquire() as conn, conn.transaction():
+            await q.lock_link_key(conn, input.link_key)
+            detail = f"event {ev.event_id}: {ev.detail or ev.reason}"
+            evidence = [{"surface": "remote", "disposition": "fail_closed", "detail": detail}]
+            await pq.suspend_link(conn, input.link_key, ev.reason, evidence)
+            await pq.supersede_queued(conn, input.link_key, f"link suspended: {ev.reason}")
+            return await self._settled(conn, input.link_key)
+
+    @activity.defn
+    async def park_exhausted(self, input: ParkInput) -> StepResult:
+        """REC-3: retries ran out; park what is in flight durably, never delete it."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await q.lock_link_key(conn, input.link_key)
+            await park_in_flight(conn, input.link_key, input.error)
+            return await self._settled(conn, input.link_key)
+
     # -- mirror and views -----------------------------------------------------------
 
     @activity.defn
@@ -345,6 +399,8 @@ class LinkActivities:
 
     async def _settled(self, conn: Conn, key: str) -> StepResult:
         view = await self._view(conn, key)
+        if view.needs_operator:
+            return StepResult(kind=StepKind.PARKED, view=view)
         kind = StepKind.FINALIZED if view.link_status is not None else StepKind.IDLE
         return StepResult(kind=kind, view=view)
 
@@ -355,4 +411,5 @@ class LinkActivities:
             await q.link_by_key(conn, key),
             await q.latest_attempt(conn, key),
             await q.pending_patch_statuses(conn, key),
+            await q.last_patch_status(conn, key),
         )

@@ -14,10 +14,14 @@ from temporalio.exceptions import ApplicationError
 
 from activities.admission import admit_locked
 from activities.mirror import finalize_with_mirror
+from activities.packs import get_active_pack
+from activities.patch import validated_values
 from activities.rows import jsonb
 from db import links as q
+from db import patches as pq
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
+from protocol.active import resolve_active
 from protocol.admission import CreateReserved, DeferredAssociationReserved, SaveRequest
 from protocol.errors import ActivityErrorType
 from protocol.messages import LinkView, OperatorActionInput
@@ -70,7 +74,7 @@ async def apply_operator_action(conn: Conn, input: OperatorActionInput, view_of:
             await _stamp_attempt(conn, view.attempt_id, input)
             return "attempt marked terminal_failed"
         case OperatorAction.REVALIDATE:
-            raise _refuse("revalidate is not available on this link yet")
+            return await _revalidate(conn, input)
 
 
 async def _stamp_attempt(conn: Conn, attempt_id: str, input: OperatorActionInput) -> None:
@@ -137,3 +141,40 @@ async def _reconcile(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
         raise _refuse(f"remote id {input.remote_id} is already linked to another record") from error
     await _stamp_attempt(conn, view.attempt_id, input)
     return f"reconciled to remote id {input.remote_id}"
+
+
+async def _revalidate(conn: Conn, input: OperatorActionInput) -> str:
+    """suspended_drift -> finalized on the active install's snapshots (WF-3).
+
+    Mapping and body fingerprints do not move here (REV-1): a mapping change
+    still fails the next PATCH until `revalidate apply` (§9) moves them.
+    """
+    row = await q.link_by_key(conn, input.link_key)
+    assert row is not None
+    pack = await get_active_pack(conn, row["connector_owner_key"])
+    if pack is None:
+        raise _refuse(f"no active pack for owner {row['connector_owner_key']!r}")
+    active = resolve_active(
+        pack.manifest, pack.pack_install_id, row["action_slot_id"], row["destination_slot_id"]
+    )
+    if not active.usable:
+        raise _refuse("the link's action or destination slot does not resolve in the active pack")
+    if not await pq.revalidate_link(conn, input.link_key, validated_values(active)):
+        raise _refuse("link is no longer suspended")
+    await q.record_operator(
+        conn, "connector_remote_link", "link_key", input.link_key, input.operator, input.reason
+    )
+    return f"link revalidated against install {pack.pack_install_id}"
+
+
+async def park_in_flight(conn: Conn, link_key: str, error: str) -> None:
+    """REC-3: an attempt or PATCH whose retries ran out is parked, durably and visibly."""
+    attempt = await q.occupying_attempt(conn, link_key)
+    if attempt is not None and attempt["status"] in ("pending", "processing", "post_sent"):
+        sent = attempt["remote_io_started_at"] is not None or attempt["status"] == "post_sent"
+        target = "ambiguous_remote_effect" if sent else "terminal_failed"
+        await q.move_attempt(
+            conn, str(attempt["attempt_id"]), [attempt["status"]], target,
+            last_error=f"retries exhausted: {error}",
+        )  # fmt: skip
+    await pq.park_in_flight_patch(conn, link_key, f"retries exhausted: {error}")

@@ -53,6 +53,7 @@ class ActivePack(BaseModel):
     manifest: PackManifest
     activated_at: datetime | None
     lineage: tuple[q.LineageRow, ...]
+    ancestors: tuple[str, ...] = ()
 
 
 def _lineage_rows(install_id: str, manifest: PackManifest) -> list[q.LineageRow]:
@@ -66,11 +67,16 @@ def _manifest_json(manifest: PackManifest) -> str:
     return json.dumps(manifest.model_dump(mode="json", by_alias=True), separators=(",", ":"))
 
 
-async def apply_pack(conn: Conn, document: Mapping[str, object] | PackManifest) -> ApplyPackResult:
+async def apply_pack(
+    conn: Conn, document: Mapping[str, object] | PackManifest, *, reinstall: bool = False
+) -> ApplyPackResult:
     """Validate `document` and make it the owner key's active install, in one transaction.
 
     Raises `ManifestInvalid` before touching the database. Idempotent on the
-    manifest digest: re-applying the active manifest writes nothing.
+    manifest digest: re-applying the active manifest writes nothing. A normal
+    apply upgrades the active install (links validate surface by surface); a
+    `reinstall` starts a new incarnation with no lineage, so links frozen under
+    the old one fail closed until revalidated.
     """
     manifest = document if isinstance(document, PackManifest) else parse_manifest(document)
     digest = manifest_digest(manifest)
@@ -78,7 +84,7 @@ async def apply_pack(conn: Conn, document: Mapping[str, object] | PackManifest) 
     async with conn.transaction():
         await q.lock_owner_key(conn, owner)
         current = await q.select_active_install(conn, owner)
-        if current is not None and current.manifest_digest == digest:
+        if current is not None and current.manifest_digest == digest and not reinstall:
             return ApplyPackResult(
                 outcome=ApplyOutcome.UNCHANGED,
                 pack_install_id=current.pack_install_id,
@@ -87,8 +93,9 @@ async def apply_pack(conn: Conn, document: Mapping[str, object] | PackManifest) 
             )
         if current is not None and not await q.deactivate_install(conn, current.pack_install_id):
             raise PackApplyConflict(f"install {current.pack_install_id} stopped being active")
+        previous = current.pack_install_id if current and not reinstall else None
         new = await q.insert_active_install(
-            conn, owner, manifest.namespace, _manifest_json(manifest), digest
+            conn, owner, manifest.namespace, _manifest_json(manifest), digest, previous
         )
         lineage = _lineage_rows(new.pack_install_id, manifest)
         await q.insert_lineage(conn, new.pack_install_id, lineage)
@@ -110,6 +117,7 @@ async def _active_pack(conn: Conn, row: q.PackInstallRow) -> ActivePack:
         manifest=parse_manifest(row.manifest),
         activated_at=row.activated_at,
         lineage=tuple(await q.select_lineage(conn, row.pack_install_id)),
+        ancestors=tuple(await q.select_install_ancestors(conn, row.pack_install_id)),
     )
 
 

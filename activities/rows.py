@@ -172,6 +172,7 @@ def link_view(
     link: asyncpg.Record | None,
     attempt: asyncpg.Record | None,
     patches: list[str] | None = None,
+    last_patch: str | None = None,
 ) -> LinkView:
     """What the workflow publishes: link state, the newest attempt, queued PATCHes."""
     source = link if link is not None else attempt
@@ -188,4 +189,6 @@ def link_view(
         dispatch_lane=attempt["dispatch_lane"] if attempt else None,
         last_error=attempt["last_error"] if attempt else None,
         pending_patches=[PatchStatus(p) for p in patches or []],
+        suspend_reason=link["suspend_reason"] if link else None,
+        last_patch_status=PatchStatus(last_patch) if last_patch else None,
     )

@@ -249,3 +249,15 @@ def _param(value: Any) -> Any:
     if isinstance(value, (dict, list)):
         return json.dumps(value)
     return value
+
+
+async def last_patch_status(conn: Conn, link_key: str) -> str | None:
+    status: str | None = await conn.fetchval(
+        """
+        SELECT status FROM connector_patch_dispatch
+        WHERE link_key = $1 AND status NOT IN ('pending', 'superseded')
+        ORDER BY updated_at DESC LIMIT 1
+        """,
+        link_key,
+    )
+    return status

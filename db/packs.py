@@ -74,9 +74,19 @@ WHERE pack_install_id = $1::uuid AND active
 
 INSERT_ACTIVE_INSTALL: Final = f"""
 INSERT INTO pack_install
-    (connector_owner_key, connector_namespace, manifest, manifest_digest, active, activated_at)
-VALUES ($1, $2, $3::jsonb, $4, true, now())
+    (connector_owner_key, connector_namespace, manifest, manifest_digest, active, activated_at,
+     previous_pack_install_id)
+VALUES ($1, $2, $3::jsonb, $4, true, now(), $5::uuid)
 RETURNING {_INSTALL_COLUMNS}
+"""
+
+SELECT_INSTALL_ANCESTORS: Final = """
+WITH RECURSIVE chain AS (
+    SELECT previous_pack_install_id AS id FROM pack_install WHERE pack_install_id = $1::uuid
+    UNION
+    SELECT p.previous_pack_install_id FROM pack_install p JOIN chain c ON p.pack_install_id = c.id
+)
+SELECT id::text AS id FROM chain WHERE id IS NOT NULL
 """
 
 INSERT_LINEAGE: Final = """
@@ -167,10 +177,20 @@ async def deactivate_install(conn: Conn, pack_install_id: str) -> bool:
 
 
 async def insert_active_install(
-    conn: Conn, owner_key: str, namespace: str, manifest_json: str, manifest_digest: str
+    conn: Conn,
+    owner_key: str,
+    namespace: str,
+    manifest_json: str,
+    manifest_digest: str,
+    previous_pack_install_id: str | None = None,
 ) -> PackInstallRow:
     row = await conn.fetchrow(
-        INSERT_ACTIVE_INSTALL, owner_key, namespace, manifest_json, manifest_digest
+        INSERT_ACTIVE_INSTALL,
+        owner_key,
+        namespace,
+        manifest_json,
+        manifest_digest,
+        previous_pack_install_id,
     )
     assert row is not None
     return _install(row)
@@ -197,3 +217,8 @@ async def select_active_predecessors(
     """Lineage rows of the owner's active install that lead, transitively, into `slot_id`."""
     rows = await conn.fetch(SELECT_ACTIVE_PREDECESSORS, owner_key, slot_type, slot_id)
     return [_lineage(row) for row in rows]
+
+
+async def select_install_ancestors(conn: Conn, pack_install_id: str) -> list[str]:
+    """Installs this one upgraded, transitively (not across a reinstall)."""
+    return [row["id"] for row in await conn.fetch(SELECT_INSTALL_ANCESTORS, pack_install_id)]

@@ -40,6 +40,9 @@ class ActiveMetadata(Snapshot):
     # Current readable source fields of the originating user, when known (drift row
     # "source field FLS/RLS changes").
     readable_fields: frozenset[str] | None = None
+    # Installs the active one upgraded (not across a reinstall): a link frozen under
+    # one of them is validated surface by surface instead of failing closed.
+    install_ancestors: frozenset[str] = frozenset()
 
     @property
     def usable(self) -> bool:
@@ -87,6 +90,7 @@ def resolve_active(
     pack_install_id: str,
     action_slot_id: str,
     destination_slot_id: str | None = None,
+    install_ancestors: frozenset[str] = frozenset(),
 ) -> ActiveMetadata:
     """Resolve a slot by its stable ids only; `destination_slot_id` defaults to the
     action slot's current destination (pass the stored one when validating a link)."""
@@ -106,4 +110,5 @@ def resolve_active(
         profile=profile,
         association_slots={t: s for t in targets if (s := manifest.action_slot(t)) is not None},
         lineage_predecessors=lineage_predecessors(manifest, action_slot_id),
+        install_ancestors=install_ancestors,
     )

@@ -32,6 +32,7 @@ class DriftSurface(StrEnum):
     NAMESPACE_RENAMED = "namespace_renamed"
     OWNER_IDENTITY = "owner_identity"
     PACK_INSTALL = "pack_install"
+    PACK_UPGRADED = "pack_upgraded"
     PROFILE_RENAMED = "profile_renamed"
     PROFILE_REPLACED = "profile_replaced"
     CREDENTIAL_REF = "credential_ref"
@@ -79,7 +80,8 @@ MATRIX: Final[dict[DriftSurface, tuple[Disposition, Disposition]]] = {
     S.ACTION_RECREATED: (X, X),
     S.NAMESPACE_RENAMED: (B, F),
     S.OWNER_IDENTITY: (X, X),
-    S.PACK_INSTALL: (X, F),
+    S.PACK_INSTALL: (X, F),  # a reinstall (new incarnation): fail closed until revalidated
+    S.PACK_UPGRADED: (B, F),  # an apply on the same lineage: the other surfaces decide
     S.PROFILE_RENAMED: (B, F),
     S.PROFILE_REPLACED: (X, X),
     S.CREDENTIAL_REF: (X, X),  # * link benign if rotation declared same-destination
@@ -134,7 +136,9 @@ def _changes(snap: Durable, active: ActiveMetadata | None) -> Iterator[Change]:
 
 def _install_and_names(snap: Durable, active: ActiveMetadata) -> Iterator[Change]:
     if active.pack_install_id != snap.pack_install_id:
-        yield S.PACK_INSTALL, f"{snap.pack_install_id} -> {active.pack_install_id}"
+        upgraded = snap.pack_install_id in active.install_ancestors
+        surface = S.PACK_UPGRADED if upgraded else S.PACK_INSTALL
+        yield surface, f"{snap.pack_install_id} -> {active.pack_install_id}"
     if active.namespace != snap.names.connector_namespace:
         yield S.NAMESPACE_RENAMED, f"{snap.names.connector_namespace} -> {active.namespace}"
     if active.profile and active.profile.name != snap.names.profile_name:

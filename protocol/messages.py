@@ -75,6 +75,8 @@ class LinkView(Message):
     dispatch_lane: str | None = None
     last_error: str | None = None
     pending_patches: list[PatchStatus] = Field(default_factory=list)
+    suspend_reason: str | None = None
+    last_patch_status: PatchStatus | None = None
 
     @property
     def needs_operator(self) -> bool:
@@ -86,6 +88,26 @@ class StepResult(Message):
     kind: StepKind
     view: LinkView
     detail: str | None = None
+
+
+class RemoteEvidence(Message):
+    """Signal: the remote says the linked object is gone (ING-6); the link suspends."""
+
+    event_id: str
+    reason: str = "remote_deleted"
+    detail: str | None = None
+
+
+class EvidenceInput(Message):
+    link_key: str
+    evidence: RemoteEvidence
+
+
+class ParkInput(Message):
+    """Activity input after a step exhausted its retries (REC-3): make it durable and visible."""
+
+    link_key: str
+    error: str
 
 
 class MirrorInput(Message):
@@ -118,6 +140,10 @@ class RetireInput(OperatorInput):
 
 
 class MarkTerminalInput(OperatorInput):
+    pass
+
+
+class RevalidateInput(OperatorInput):
     pass
 
 

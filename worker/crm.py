@@ -23,6 +23,7 @@ from protocol.admission import (
     Rejected,
     SaveRequest,
 )
+from protocol.errors import RejectReason
 from protocol.messages import LinkWorkflowInput, RecordSaved
 from workflows.link import LinkWorkflow
 
@@ -33,6 +34,13 @@ def decision_link_key(decision: AdmissionDecision) -> str | None:
     if isinstance(decision, CreateReserved | DeferredAssociationReserved):
         return decision.reservation.link_key
     return decision.link_key
+
+
+def _wakes_workflow(decision: AdmissionDecision) -> bool:
+    """Work was queued, or a link was just suspended and its workflow must publish it."""
+    if isinstance(decision, Rejected):
+        return decision.reason is RejectReason.DRIFT_FAIL_CLOSED
+    return True
 
 
 def workflow_id(link_key: str) -> str:
@@ -71,7 +79,7 @@ async def report_save(
         now=datetime.now(UTC),
     )
     key = decision_link_key(decision)
-    if isinstance(decision, Rejected) or key is None or client is None:
+    if key is None or client is None or not _wakes_workflow(decision):
         return decision
     try:
         await wake_link(client, task_queue, key, save_id)

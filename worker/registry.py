@@ -23,4 +23,11 @@ def activity_callables(
 ) -> Sequence[Callable[..., Any]]:
     """Activity methods bound to the shared pool and HTTP client."""
     link = LinkActivities(pool, http, hooks)
-    return [link.dispatch_create, link.write_mirror, link.apply_operator_action]
+    return [
+        link.dispatch_create,
+        link.dispatch_patch,
+        link.write_mirror,
+        link.apply_operator_action,
+        link.apply_remote_evidence,
+        link.park_exhausted,
+    ]

@@ -14,6 +14,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
 from protocol.errors import NON_RETRYABLE_ERROR_TYPES
 from protocol.messages import (
     DispatchInput,
+    EvidenceInput,
     LinkView,
     LinkWorkflowInput,
     LinkWorkflowResult,
@@ -36,20 +38,21 @@ from protocol.messages import (
     OperatorActionInput,
     OperatorInput,
     OperatorResult,
+    ParkInput,
     ReconcileInput,
     RecordSaved,
+    RemoteEvidence,
     RetireInput,
+    RevalidateInput,
     StepKind,
     StepResult,
     SupersedeInput,
 )
 from protocol.operator import OperatorAction, check_operator_action
-from protocol.states import AttemptStatus
 from protocol.timeouts import LOCAL_ACTIVITY_START_TO_CLOSE, REMOTE_ACTIVITY_START_TO_CLOSE
 from workflows import search_attributes as sa
 
 IDLE_TIMEOUT = timedelta(minutes=10)
-ASSOCIATION_RECHECK = timedelta(seconds=30)
 MAX_STEPS_PER_WAKE = 20
 
 REMOTE_RETRY = RetryPolicy(
@@ -74,6 +77,7 @@ class LinkWorkflow:
         self._view = LinkView(link_key=input.link_key)
         self._loaded = False
         self._wake = True
+        self._evidence: list[RemoteEvidence] = []
         self._published: dict[str, object] = {}
 
     @workflow.signal
@@ -81,6 +85,11 @@ class LinkWorkflow:
         """A save was admitted for this link: look for work in Postgres."""
         del signal
         self._wake = True
+
+    @workflow.signal
+    def remote_deleted(self, evidence: RemoteEvidence) -> None:
+        """The remote reports the linked object deleted (ING-6): suspend, never re-create."""
+        self._evidence.append(evidence)
 
     @workflow.query
     def state(self) -> LinkView:
@@ -99,67 +108,104 @@ class LinkWorkflow:
                 return LinkWorkflowResult(link_key=input.link_key, reason="idle")
 
     async def _wait_for_work(self) -> bool:
-        """True when woken by a signal or recheck timer; False after the idle period."""
-        waiting = self._view.attempt_status is AttemptStatus.PENDING
-        timeout = ASSOCIATION_RECHECK if waiting else IDLE_TIMEOUT
+        """True when woken by a signal; False after the idle period with nothing to do."""
         try:
-            await workflow.wait_condition(lambda: self._wake, timeout=timeout)
+            await workflow.wait_condition(self._has_work, timeout=IDLE_TIMEOUT)
         except TimeoutError:
-            if waiting:
-                self._wake = True
-                return True
             await workflow.wait_condition(workflow.all_handlers_finished)
-            return self._wake
+            return self._has_work()
         return True
+
+    def _has_work(self) -> bool:
+        return self._wake or bool(self._evidence)
 
     async def _drain(self) -> None:
         steps = 0
-        while self._wake and steps < MAX_STEPS_PER_WAKE:
-            self._wake = False
+        while self._has_work() and steps < MAX_STEPS_PER_WAKE:
             steps += 1
-            result = await self._dispatch()
+            if self._evidence:
+                await self._remote_evidence(self._evidence.pop(0))
+                continue
+            self._wake = False
+            result = await self._create_step()
             if result.kind is StepKind.WRITEBACK_PENDING:
                 result = await self._mirror(result.view)
-            if result.kind is StepKind.FINALIZED:
-                self._wake = self._wake or bool(result.view.pending_patches)
+            while result.kind is StepKind.FINALIZED and result.view.pending_patches:
+                steps += 1
+                result = await self._patch_step()
+        if steps >= MAX_STEPS_PER_WAKE:
+            self._wake = True  # more to do: continue after the continue-as-new check
 
-    async def _dispatch(self) -> StepResult:
+    async def _guarded(self, call: Awaitable[StepResult]) -> StepResult:
+        """Run one activity step; publish its durable view whatever the outcome."""
         try:
-            result = await workflow.execute_activity_method(
+            result = await call
+        except ActivityError as err:
+            result = await self._after_failure(err)
+        self._publish(result.view)
+        return result
+
+    async def _create_step(self) -> StepResult:
+        return await self._guarded(
+            workflow.execute_activity_method(
                 LinkActivities.dispatch_create,
                 DispatchInput(link_key=self._state.link_key),
                 start_to_close_timeout=REMOTE_ACTIVITY_START_TO_CLOSE,
                 retry_policy=REMOTE_RETRY,
                 summary="claim, POST and finalize the pending create",
             )
-        except ActivityError as err:
-            result = self._parked_from(err)
-        self._publish(result.view)
-        return result
+        )
+
+    async def _patch_step(self) -> StepResult:
+        return await self._guarded(
+            workflow.execute_activity_method(
+                LinkActivities.dispatch_patch,
+                DispatchInput(link_key=self._state.link_key),
+                start_to_close_timeout=REMOTE_ACTIVITY_START_TO_CLOSE,
+                retry_policy=REMOTE_RETRY,
+                summary="gate, build and send the queued PATCH",
+            )
+        )
 
     async def _mirror(self, view: LinkView) -> StepResult:
         assert view.attempt_id is not None
-        try:
-            result = await workflow.execute_activity_method(
+        return await self._guarded(
+            workflow.execute_activity_method(
                 LinkActivities.write_mirror,
                 MirrorInput(link_key=self._state.link_key, attempt_id=view.attempt_id),
                 start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
                 retry_policy=LOCAL_RETRY,
                 summary="compatibility mirror writeback (never re-POSTs)",
             )
-        except ActivityError as err:
-            result = self._parked_from(err)
-        self._publish(result.view)
-        return result
+        )
 
-    def _parked_from(self, err: ActivityError) -> StepResult:
-        """A non-retryable activity error: the state is durable; publish it, never retry."""
+    async def _remote_evidence(self, evidence: RemoteEvidence) -> StepResult:
+        return await self._guarded(
+            workflow.execute_activity_method(
+                LinkActivities.apply_remote_evidence,
+                EvidenceInput(link_key=self._state.link_key, evidence=evidence),
+                start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
+                retry_policy=LOCAL_RETRY,
+                summary=f"remote evidence {evidence.reason} ({evidence.event_id})",
+            )
+        )
+
+    async def _after_failure(self, err: ActivityError) -> StepResult:
+        """Non-retryable: the state is durable, publish it. Retries exhausted: park it (REC-3)."""
         cause = err.cause
-        if not isinstance(cause, ApplicationError) or cause.type not in NON_RETRYABLE_ERROR_TYPES:
-            raise err
-        details = cause.details[0] if cause.details else {}
-        view = LinkView.model_validate(details) if details else self._view
-        return StepResult(kind=StepKind.PARKED, view=view, detail=f"{cause.type}: {cause.message}")
+        if isinstance(cause, ApplicationError) and cause.type in NON_RETRYABLE_ERROR_TYPES:
+            details = cause.details[0] if cause.details else {}
+            view = LinkView.model_validate(details) if details else self._view
+            return StepResult(
+                kind=StepKind.PARKED, view=view, detail=f"{cause.type}: {cause.message}"
+            )
+        return await workflow.execute_activity_method(
+            LinkActivities.park_exhausted,
+            ParkInput(link_key=self._state.link_key, error=str(cause or err)),
+            start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
+            retry_policy=LOCAL_RETRY,
+            summary="retries exhausted: park durably for an operator",
+        )
 
     def _publish(self, view: LinkView) -> None:
         """Keep the query, the UI details and the WF-4 search attributes current."""
@@ -253,6 +299,15 @@ class LinkWorkflow:
     def _validate_mark_terminal(self, request: MarkTerminalInput) -> None:
         self._validate(OperatorAction.MARK_TERMINAL)
 
+    @workflow.update
+    async def revalidate(self, request: RevalidateInput) -> OperatorResult:
+        """suspended_drift -> finalized on the active pack's snapshots (not the mapping)."""
+        return await self._operate(self._action(OperatorAction.REVALIDATE, request))
+
+    @revalidate.validator
+    def _validate_revalidate(self, request: RevalidateInput) -> None:
+        self._validate(OperatorAction.REVALIDATE)
+
 
 def _updates(view: LinkView) -> list[SearchAttributeUpdate[Any]]:
     pairs = [
@@ -276,6 +331,10 @@ def _details_markdown(view: LinkView) -> str:
         f"**attempt** #{view.attempt_ordinal or '-'} `{view.attempt_status or 'none'}`"
         f" lane `{view.dispatch_lane or '-'}`",
     ]
-    if view.needs_operator:
+    if view.last_patch_status is not None:
+        lines.append(f"**last PATCH** `{view.last_patch_status}`")
+    if view.suspend_reason:
+        lines.append(f"**suspended**: `{view.suspend_reason}` (revalidate or retire)")
+    elif view.needs_operator:
         lines.append("**needs operator**: " + (view.last_error or "see attempt"))
     return "\n\n".join(lines)

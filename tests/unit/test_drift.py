@@ -96,9 +96,19 @@ ROWS: list[tuple[DriftSurface, Callable[[], ActiveMetadata], Disposition, Dispos
     ),
     (S.OWNER_IDENTITY, owner_changed, D.FAIL_CLOSED, D.FAIL_CLOSED),
     (
+        # A reinstall: the frozen install is not an ancestor of the active one.
         S.PACK_INSTALL,
         lambda: active_for(None, install="install-2"),
         D.FAIL_CLOSED,
+        D.FROZEN_NO_EFFECT,
+    ),
+    (
+        # An upgrade on the same install lineage: validated surface by surface.
+        S.PACK_UPGRADED,
+        lambda: active_for(None, install="install-2").model_copy(
+            update={"install_ancestors": frozenset({INSTALL})}
+        ),
+        D.BENIGN,
         D.FROZEN_NO_EFFECT,
     ),
     (S.PROFILE_RENAMED, lambda: active_for(rename_profile), D.BENIGN, D.FROZEN_NO_EFFECT),

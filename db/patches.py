@@ -1,0 +1,292 @@
+"""Named queries for PATCH dispatches and link suspension (SPEC §5.5, PAT, DRIFT-2).
+
+One statement per function, compare-and-set on the expected status, zero rows
+returned as `None`/`False` (ARCH-2). The caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+
+from db.records import Conn
+
+Row = asyncpg.Record
+
+
+async def pending_patch(conn: Conn, link_key: str) -> Row | None:
+    return await conn.fetchrow(
+        """
+        SELECT * FROM connector_patch_dispatch
+        WHERE link_key = $1 AND status = 'pending' AND dispatch_lane = 'configured'
+        FOR UPDATE
+        """,
+        link_key,
+    )
+
+
+async def in_flight_patch(conn: Conn, link_key: str) -> Row | None:
+    """A PATCH left `processing` by an earlier try (crash, timeout, retry)."""
+    return await conn.fetchrow(
+        """
+        SELECT * FROM connector_patch_dispatch
+        WHERE link_key = $1 AND status = 'processing' AND dispatch_lane = 'configured'
+        ORDER BY created_at LIMIT 1 FOR UPDATE
+        """,
+        link_key,
+    )
+
+
+async def queue_patch(conn: Conn, link_key: str, user_id: str | None) -> str:
+    """PATCH-2: coalesce into the queued PATCH (latest saver wins) or queue a new one."""
+    patch_id = await conn.fetchval(
+        """
+        INSERT INTO connector_patch_dispatch (link_key, status, originating_user_id)
+        VALUES ($1, 'pending', $2)
+        ON CONFLICT (link_key) WHERE status = 'pending'
+        DO UPDATE SET originating_user_id = EXCLUDED.originating_user_id
+        RETURNING patch_id
+        """,
+        link_key,
+        user_id,
+    )
+    return str(patch_id)
+
+
+async def claim_patch(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) -> bool:
+    row = await conn.fetchval(
+        """
+        UPDATE connector_patch_dispatch
+        SET status = 'processing', claim_token = $2, claimed_at = now()
+        WHERE patch_id = $1 AND status IN ('pending', 'processing')
+          AND remote_io_started_at IS NULL
+        RETURNING 1
+        """,
+        patch_id,
+        token,
+    )
+    return row is not None
+
+
+async def freeze_patch(
+    conn: Conn, patch_id: uuid.UUID, token: uuid.UUID, values: dict[str, Any]
+) -> bool:
+    """Store the body, path and authority the PATCH will send (built from the latest record)."""
+    row = await conn.fetchval(
+        """
+        UPDATE connector_patch_dispatch
+        SET body = $3::jsonb, body_fingerprint = $4, update_path = $5,
+            authority_snapshot = $6::jsonb
+        WHERE patch_id = $1 AND claim_token = $2 AND status = 'processing'
+        RETURNING 1
+        """,
+        patch_id,
+        token,
+        json.dumps(values["body"]),
+        values["body_fingerprint"],
+        values["update_path"],
+        json.dumps(values["authority_snapshot"]),
+    )
+    return row is not None
+
+
+async def checkpoint_patch(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) -> bool:
+    row = await conn.fetchval(
+        """
+        UPDATE connector_patch_dispatch SET remote_io_started_at = now()
+        WHERE patch_id = $1 AND claim_token = $2 AND status = 'processing'
+          AND remote_io_started_at IS NULL
+        RETURNING 1
+        """,
+        patch_id,
+        token,
+    )
+    return row is not None
+
+
+async def rotate_patch_token(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) -> bool:
+    """A replay-safe resend: a fresh token, the checkpoint kept (and refreshed)."""
+    row = await conn.fetchval(
+        """
+        UPDATE connector_patch_dispatch
+        SET claim_token = $2, claimed_at = now(), retry_count = retry_count + 1,
+            remote_io_started_at = now()
+        WHERE patch_id = $1 AND status = 'processing'
+        RETURNING 1
+        """,
+        patch_id,
+        token,
+    )
+    return row is not None
+
+
+async def finish_patch(
+    conn: Conn,
+    patch_id: uuid.UUID,
+    target: str,
+    *,
+    token: uuid.UUID | None = None,
+    last_error: str | None = None,
+    response: dict[str, Any] | None = None,
+) -> bool:
+    """processing -> succeeded | failed | ambiguous_remote_effect (CAS on the claim)."""
+    row = await conn.fetchval(
+        """
+        UPDATE connector_patch_dispatch
+        SET status = $2, last_error = COALESCE($4, last_error),
+            response_snapshot = COALESCE($5::jsonb, response_snapshot)
+        WHERE patch_id = $1 AND status = 'processing' AND ($3::uuid IS NULL OR claim_token = $3)
+        RETURNING 1
+        """,
+        patch_id,
+        target,
+        token,
+        last_error,
+        json.dumps(response) if response is not None else None,
+    )
+    return row is not None
+
+
+async def supersede_queued(conn: Conn, link_key: str, reason: str) -> None:
+    """A suspended or retired link sends nothing: queued PATCHes are closed as superseded."""
+    await conn.execute(
+        """
+        UPDATE connector_patch_dispatch SET status = 'superseded', last_error = $2
+        WHERE link_key = $1 AND status = 'pending'
+        """,
+        link_key,
+        reason,
+    )
+
+
+async def suspend_link(
+    conn: Conn, link_key: str, reason: str, findings: list[dict[str, Any]]
+) -> bool:
+    """finalized -> suspended_drift with the reason and findings recorded (DRIFT-2, PATCH-3)."""
+    row = await conn.fetchval(
+        """
+        UPDATE connector_remote_link
+        SET status = 'suspended_drift', suspend_reason = $2, drift_findings = $3::jsonb
+        WHERE link_key = $1 AND status = 'finalized'
+        RETURNING 1
+        """,
+        link_key,
+        reason,
+        json.dumps(findings),
+    )
+    return row is not None
+
+
+async def record_benign_findings(
+    conn: Conn, link_key: str, findings: list[dict[str, Any]], values: dict[str, Any]
+) -> None:
+    """Record benign findings and move the validated snapshot to the active install.
+
+    Mapping and body fingerprints never move here (REV-1): only §9 moves them.
+    """
+    await conn.execute(
+        """
+        UPDATE connector_remote_link
+        SET drift_findings = $2::jsonb,
+            last_validated_pack_install_id = $3::uuid,
+            connector_namespace = $4, flow_developer_name = $5, flow_action_name = $6,
+            flow_version = $7, profile_name = $8, retry_policy_hash = $9,
+            profile_snapshot = $10::jsonb, profile_payload_hash = $11
+        WHERE link_key = $1 AND status = 'finalized'
+        """,
+        link_key,
+        json.dumps(findings),
+        values["pack_install_id"],
+        values["connector_namespace"],
+        values["flow_developer_name"],
+        values["flow_action_name"],
+        values["flow_version"],
+        values["profile_name"],
+        values["retry_policy_hash"],
+        json.dumps(values["profile_snapshot"]),
+        values["profile_payload_hash"],
+    )
+
+
+async def revalidate_link(conn: Conn, link_key: str, values: dict[str, Any]) -> bool:
+    """suspended_drift -> finalized with the active install's snapshots (WF-3 revalidate)."""
+    row = await conn.fetchval(
+        """
+        UPDATE connector_remote_link
+        SET status = 'finalized', suspend_reason = NULL, drift_findings = '[]'::jsonb,
+            last_validated_pack_install_id = $2::uuid,
+            connector_namespace = $3, flow_developer_name = $4, flow_action_name = $5,
+            flow_version = $6, target_object = $7, profile_name = $8,
+            credential_ref = $9, credential_generation_hash = $10, endpoint_class = $11,
+            endpoint_binding_hash = $12, retry_policy_hash = $13, profile_payload_hash = $14,
+            profile_snapshot = $15::jsonb, create_path_template = $16,
+            update_path_template = $17, response_id_path = $18
+        WHERE link_key = $1 AND status = 'suspended_drift'
+        RETURNING 1
+        """,
+        link_key,
+        *(
+            values[k]
+            for k in (
+                "pack_install_id",
+                "connector_namespace",
+                "flow_developer_name",
+                "flow_action_name",
+                "flow_version",
+                "target_object",
+                "profile_name",
+                "credential_ref",
+                "credential_generation_hash",
+                "endpoint_class",
+                "endpoint_binding_hash",
+                "retry_policy_hash",
+                "profile_payload_hash",
+            )
+        ),
+        json.dumps(values["profile_snapshot"]),
+        values["create_path_template"],
+        values["update_path_template"],
+        values["response_id_path"],
+    )
+    return row is not None
+
+
+async def patch_history(conn: Conn, link_key: str) -> list[Row]:
+    return await conn.fetch(
+        """
+        SELECT patch_id, status, originating_user_id, update_path, body_fingerprint,
+               remote_io_started_at, last_error, created_at, updated_at
+        FROM connector_patch_dispatch WHERE link_key = $1 ORDER BY created_at
+        """,
+        link_key,
+    )
+
+
+async def clear_patch_checkpoint(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) -> None:
+    """The PATCH provably never left: pre-I/O again."""
+    await conn.execute(
+        """
+        UPDATE connector_patch_dispatch SET remote_io_started_at = NULL
+        WHERE patch_id = $1 AND claim_token = $2 AND status = 'processing'
+        """,
+        patch_id,
+        token,
+    )
+
+
+async def park_in_flight_patch(conn: Conn, link_key: str, error: str) -> None:
+    """REC-3 for PATCHes: unsent -> failed; possibly sent -> ambiguous_remote_effect."""
+    await conn.execute(
+        """
+        UPDATE connector_patch_dispatch
+        SET status = CASE WHEN remote_io_started_at IS NULL THEN 'failed'
+                          ELSE 'ambiguous_remote_effect' END,
+            last_error = $2
+        WHERE link_key = $1 AND status = 'processing'
+        """,
+        link_key,
+        error,
+    )

@@ -1,0 +1,324 @@
+"""The PATCH path and drift through the workflow (SPEC PATCH-1..3, DRIFT-2, WF-3 revalidate)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+
+from activities.packs import apply_pack
+from protocol.admission import PatchQueued, Rejected
+from protocol.errors import RejectReason
+from protocol.messages import RevalidateInput
+from sandbox.faults import FaultRuleSpec
+from sandbox.server import BackgroundSandbox
+from tests.e2e.conftest import Stack, company_key, contact_key, demo_manifest
+from tests.e2e.support import eventually
+from workflows.link import LinkWorkflow
+
+Doc = dict[str, Any]
+
+
+async def finalized_contact(stack: Stack, record_id: str = "c-001") -> asyncpg.Record:
+    await stack.push(record_id)
+    await eventually(
+        lambda: stack.attempt(contact_key(record_id)), lambda r: r["status"] == "finalized"
+    )
+    link = await stack.link(contact_key(record_id))
+    assert link is not None
+    return link
+
+
+async def set_field(pool: asyncpg.Pool, obj: str, record_id: str, field: str, value: str) -> None:
+    await pool.execute(
+        "UPDATE crm_record SET fields = fields || jsonb_build_object($3::text, $4::text) "
+        "WHERE source_object = $1 AND record_id = $2",
+        obj,
+        record_id,
+        field,
+        value,
+    )
+
+
+async def patches(stack: Stack, object_type: str = "contacts") -> list[Any]:
+    return await stack.sandbox.ledger(object_type=object_type, kind="patch")
+
+
+async def patch_rows(stack: Stack, key: str) -> list[asyncpg.Record]:
+    return await stack.pool.fetch(
+        "SELECT * FROM connector_patch_dispatch WHERE link_key = $1 ORDER BY created_at", key
+    )
+
+
+async def settled(stack: Stack, key: str) -> list[asyncpg.Record]:
+    """Wait until no PATCH of the link is queued or in flight."""
+    return await eventually(
+        lambda: patch_rows(stack, key),
+        lambda rows: bool(rows) and all(r["status"] not in ("pending", "processing") for r in rows),
+    )
+
+
+async def suspended(stack: Stack, key: str) -> asyncpg.Record | None:
+    return await eventually(
+        lambda: stack.link(key), lambda r: r is not None and r["status"] == "suspended_drift"
+    )
+
+
+async def remote_object(remote: BackgroundSandbox, object_type: str, remote_id: str) -> Doc:
+    async with httpx.AsyncClient(base_url=remote.url) as http:
+        response = await http.get(f"/crm/v3/objects/{object_type}/{remote_id}")
+    body: Doc = response.json()
+    return body
+
+
+async def apply_edit(
+    pool: asyncpg.Pool, remote: BackgroundSandbox, edit: Callable[[Doc], None], **kw: bool
+) -> None:
+    doc = demo_manifest(remote.url)
+    edit(doc)
+    async with pool.acquire() as conn:
+        await apply_pack(conn, doc, **kw)
+
+
+def contact_slot(doc: Doc) -> Doc:
+    slot: Doc = doc["actionSlots"][0]  # type: ignore[index]
+    return slot
+
+
+def contact_profile(doc: Doc) -> Doc:
+    profile: Doc = doc["profiles"][0]  # type: ignore[index]
+    return profile
+
+
+async def test_save_after_finalize_patches_once_with_readable_fields(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    link = await finalized_contact(stack)
+    await set_field(stack.pool, "Contact", "c-001", "FirstName", "Augusta")
+    decision = await stack.push("c-001", user="bob")  # bob cannot read Phone
+    assert isinstance(decision, PatchQueued)
+    rows = await settled(stack, link["link_key"])
+    assert [r["status"] for r in rows] == ["succeeded"]
+    assert len(await patches(stack)) == 1
+    body = json.loads(rows[0]["body"])
+    assert body["properties"]["firstname"] == "Augusta" and "phone" not in body["properties"]
+    obj = await remote_object(remote, "contacts", link["remote_id"])
+    assert obj["properties"]["firstname"] == "Augusta"
+    assert len(await stack.sandbox.ledger(object_type="contacts", kind="create")) == 1
+    mirror = await stack.pool.fetchval(
+        "SELECT fields->>'remote_id__c' FROM crm_record WHERE record_id = 'c-001'"
+    )
+    assert mirror == link["remote_id"]
+
+
+async def test_rapid_saves_coalesce_into_at_most_two_patches(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    link = await finalized_contact(stack)
+    # Hold the first PATCH in flight so later saves coalesce into one queued PATCH.
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(
+            method="PATCH",
+            path="/crm/v3/objects/contacts/*",
+            action="delay_ms",
+            delay_ms=700,
+            nth=1,
+        )
+    )
+    for i in range(20):
+        await set_field(stack.pool, "Contact", "c-001", "FirstName", f"v{i}")
+        assert isinstance(await stack.push("c-001"), PatchQueued)
+    await settled(stack, link["link_key"])
+    await eventually(
+        lambda: remote_object(remote, "contacts", link["remote_id"]),
+        lambda o: o["properties"]["firstname"] == "v19",
+    )
+    assert 1 <= len(await patches(stack)) <= 2
+
+
+def reinstall(doc: Doc) -> None:
+    del doc  # same manifest, new incarnation
+
+
+def credential_ref(doc: Doc) -> None:
+    contact_profile(doc)["credentialRef"] = "env:OTHER_TOKEN"
+
+
+def endpoint_class(doc: Doc) -> None:
+    contact_profile(doc)["endpointClass"] = "objects-api-v2"
+
+
+def update_path(doc: Doc) -> None:
+    contact_slot(doc)["updatePath"] = "/crm/v4/objects/{target}/{remoteId}"
+
+
+def mapping_rows(doc: Doc) -> None:
+    contact_slot(doc)["mappings"].append({"sourceField": "Title", "remoteProperty": "jobtitle"})
+
+
+def target_new_slot(doc: Doc) -> None:
+    doc["destinationSlots"][0]["id"] = "remote-people"  # type: ignore[index]
+    doc["destinationSlots"][0]["targetObject"] = "people"  # type: ignore[index]
+    contact_slot(doc)["destinationSlot"] = "remote-people"
+
+
+@pytest.mark.parametrize(
+    ("edit", "reinstalled"),
+    [
+        pytest.param(reinstall, True, id="install-changed"),
+        pytest.param(credential_ref, False, id="credential-ref"),
+        pytest.param(endpoint_class, False, id="endpoint-class"),
+        pytest.param(update_path, False, id="update-path"),
+        pytest.param(mapping_rows, False, id="mapping-rows"),
+        pytest.param(target_new_slot, False, id="target-new-destination-slot"),
+    ],
+)
+async def test_fail_closed_drift_suspends_and_sends_nothing(
+    stack: Stack, remote: BackgroundSandbox, edit: Callable[[Doc], None], reinstalled: bool
+) -> None:
+    link = await finalized_contact(stack)
+    await apply_edit(stack.pool, remote, edit, reinstall=reinstalled)
+    decision = await stack.push("c-001")
+    assert isinstance(decision, Rejected) and decision.reason is RejectReason.DRIFT_FAIL_CLOSED
+    row = await suspended(stack, link["link_key"])
+    assert row is not None and row["suspend_reason"] == "drift"
+    assert any(f["disposition"] == "fail_closed" for f in json.loads(row["drift_findings"]))
+    view = await eventually(
+        lambda: stack.handle(link["link_key"]).query(LinkWorkflow.state), lambda v: v.needs_operator
+    )
+    assert view.suspend_reason == "drift"
+    assert await patches(stack) == []
+
+
+def flow_version(doc: Doc) -> None:
+    contact_slot(doc)["flowVersion"] = "2"
+
+
+def action_rename(doc: Doc) -> None:
+    contact_slot(doc)["flowActionName"] = "Push_Person"
+
+
+def retry_policy(doc: Doc) -> None:
+    contact_profile(doc)["retryPolicy"] = {"maxAttempts": 9, "initialIntervalMs": 100}
+
+
+@pytest.mark.parametrize("edit", [flow_version, action_rename, retry_policy])
+async def test_benign_drift_patches_and_records_findings(
+    stack: Stack, remote: BackgroundSandbox, edit: Callable[[Doc], None]
+) -> None:
+    link = await finalized_contact(stack)
+    await apply_edit(stack.pool, remote, edit)
+    decision = await stack.push("c-001")
+    assert isinstance(decision, PatchQueued), decision
+    rows = await settled(stack, link["link_key"])
+    assert [r["status"] for r in rows] == ["succeeded"]
+    row = await stack.link(link["link_key"])
+    assert row is not None and row["status"] == "finalized"
+    assert json.loads(row["drift_findings"]), "benign findings are recorded"
+    assert len(await patches(stack)) == 1
+
+
+async def test_remote_404_suspends_as_remote_deleted_and_never_posts(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    link = await finalized_contact(stack)
+    async with httpx.AsyncClient(base_url=remote.url) as http:
+        await http.delete(f"/crm/v3/objects/contacts/{link['remote_id']}")
+    assert isinstance(await stack.push("c-001"), PatchQueued)
+    row = await suspended(stack, link["link_key"])
+    assert row is not None and row["suspend_reason"] == "remote_deleted"
+    assert len(await stack.sandbox.ledger(object_type="contacts", kind="create")) == 1
+
+
+async def test_remote_409_suspends_as_remote_conflict(stack: Stack) -> None:
+    link = await finalized_contact(stack)
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(
+            method="PATCH", path="/crm/v3/objects/contacts/*", action="status", status=409
+        )
+    )
+    assert isinstance(await stack.push("c-001"), PatchQueued)
+    row = await suspended(stack, link["link_key"])
+    assert row is not None and row["suspend_reason"] == "remote_conflict"
+
+
+async def test_revoked_optional_field_is_left_out_and_required_fails_closed(
+    stack: Stack,
+) -> None:
+    link = await finalized_contact(stack)
+    await stack.pool.execute(
+        "UPDATE crm_field_permission SET can_read = false "
+        "WHERE user_id = 'alice' AND source_object = 'Contact' AND field_name = 'Phone'"
+    )
+    assert isinstance(await stack.push("c-001"), PatchQueued)
+    rows = await settled(stack, link["link_key"])
+    assert "phone" not in json.loads(rows[-1]["body"])["properties"]
+    await stack.pool.execute(
+        "UPDATE crm_field_permission SET can_read = false "
+        "WHERE user_id = 'alice' AND source_object = 'Contact' AND field_name = 'Email'"
+    )
+    decision = await stack.push("c-001")
+    assert isinstance(decision, Rejected)
+    assert decision.reason in {RejectReason.FIELD_UNREADABLE, RejectReason.REQUIRED_FIELD_MISSING}
+    assert len(await patches(stack)) == 1
+
+
+async def test_ambiguous_patch_without_replay_safety_is_not_resent(stack: Stack) -> None:
+    await finalized_contact(stack, "c-002")
+    await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
+    key = company_key("a-002")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(
+            method="PATCH", path="/crm/v3/objects/companies/*", action="reset_after_effect", nth=1
+        )
+    )
+    await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
+    rows = await settled(stack, key)
+    assert [r["status"] for r in rows] == ["ambiguous_remote_effect"]
+    assert len(await patches(stack, "companies")) == 1
+    link = await stack.link(key)
+    assert link is not None and link["status"] == "finalized"
+
+
+async def test_ambiguous_patch_with_replay_safety_is_resent_once(stack: Stack) -> None:
+    link = await finalized_contact(stack)
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(
+            method="PATCH", path="/crm/v3/objects/contacts/*", action="reset_after_effect", nth=1
+        )
+    )
+    await stack.push("c-001")
+    rows = await settled(stack, link["link_key"])
+    assert [r["status"] for r in rows] == ["succeeded"]
+    assert len(await patches(stack)) == 2
+
+
+async def test_revalidate_restores_a_suspended_link_and_rejects_a_finalized_one(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    link = await finalized_contact(stack)
+    handle = stack.handle(link["link_key"])
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(
+            LinkWorkflow.revalidate, RevalidateInput(operator="op", reason="not suspended")
+        )
+    await apply_edit(stack.pool, remote, credential_ref)
+    await stack.push("c-001")
+    await suspended(stack, link["link_key"])
+    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.needs_operator)
+    result = await handle.execute_update(
+        LinkWorkflow.revalidate, RevalidateInput(operator="op", reason="credential rotated")
+    )
+    assert result.view.link_status == "finalized"
+    row = await stack.link(link["link_key"])
+    assert row is not None and row["credential_ref"] == "env:OTHER_TOKEN"
+    assert row["last_operator"] == "op"
+    assert isinstance(await stack.push("c-001"), PatchQueued)
+    await settled(stack, link["link_key"])
+    assert len(await patches(stack)) == 1
