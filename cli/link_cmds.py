@@ -13,7 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.database import AsJson, DatabaseUrl, resolve_dsn
+from cli.errors import fail
 from cli.stack.devconfig import load_dev_config
+from db import patches as patches_q
 from protocol.admission import AdmissionDecision, SaveRequest
 from worker.client import connect_temporal
 from worker.crm import report_save
@@ -44,6 +46,21 @@ async def _rows(dsn: str, sql: str, *args: object) -> list[dict[str, Any]]:
     conn = await asyncpg.connect(dsn)
     try:
         return [dict(r) for r in await conn.fetch(sql, *args)]
+    finally:
+        await conn.close()
+
+
+async def _link_and_history(
+    dsn: str, link_key: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT * FROM connector_remote_link WHERE link_key = $1", link_key
+        )
+        if row is None:
+            return None
+        return dict(row), [dict(r) for r in await patches_q.patch_history(conn, link_key)]
     finally:
         await conn.close()
 
@@ -104,10 +121,22 @@ def register(app: typer.Typer) -> None:
         _print(asyncio.run(_rows(resolve_dsn(database_url), sql, status)), as_json, "links")
 
     @links.command("show")
-    def links_show(link_key: str, database_url: DatabaseUrl = None) -> None:
-        """One link row, in full, as JSON."""
-        sql = "SELECT * FROM connector_remote_link WHERE link_key = $1"
-        _print(asyncio.run(_rows(resolve_dsn(database_url), sql, link_key)), True, "link")
+    def links_show(
+        link_key: str, database_url: DatabaseUrl = None, as_json: AsJson = False
+    ) -> None:
+        """One link: its row, its drift findings and its PATCH history."""
+        found = asyncio.run(_link_and_history(resolve_dsn(database_url), link_key))
+        if found is None:
+            fail(f"no link {link_key!r}", code=2)
+        link, history = found
+        findings = json.loads(link.pop("drift_findings") or "[]")
+        if as_json:
+            data = {"link": link, "drift_findings": findings, "patches": history}
+            console.print_json(json.dumps(data, default=str))
+            return
+        _print([{"field": k, "value": v} for k, v in link.items()], False, f"link {link_key}")
+        _print(findings, False, "drift findings")
+        _print(history, False, "PATCH history")
 
     @attempts.command("list")
     def attempts_list(

@@ -1,0 +1,36 @@
+"""`links show` shows the drift findings and PATCH history of a link (issue 6 item 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from typer.testing import CliRunner
+
+from cli.main import app
+from sandbox.server import BackgroundSandbox
+from tests.e2e.conftest import Stack
+from tests.e2e.test_patch_path import apply_edit, finalized_contact, flow_version, settled
+
+
+async def test_links_show_prints_findings_and_patch_history(
+    stack: Stack, remote: BackgroundSandbox, db_dsn: str
+) -> None:
+    link = await finalized_contact(stack)
+    await apply_edit(stack.pool, remote, flow_version)
+    await stack.push("c-001")
+    await settled(stack, link["link_key"])
+    # The command runs its own event loop: invoke it off this test's loop.
+    args = ["links", "show", link["link_key"], "--json", "--database-url", db_dsn]
+    result = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["link"]["status"] == "finalized"
+    assert [f["surface"] for f in data["drift_findings"]] == ["pack_upgraded", "flow_version"]
+    assert [p["status"] for p in data["patches"]] == ["succeeded"]
+
+
+def test_links_show_unknown_key_is_a_clear_error(db_dsn: str) -> None:
+    result = CliRunner().invoke(app, ["links", "show", "lk1_" + "0" * 64, "--database-url", db_dsn])
+    assert result.exit_code == 2
+    assert "no link" in result.output
