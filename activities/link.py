@@ -76,6 +76,11 @@ class _Lookup:
     request: CreateRequestSnapshot
 
 
+# What the planning transaction decided. A refusal is returned, not raised, so the
+# parked state it reports commits: raising inside the transaction rolled it back.
+_Plan = StepResult | _Send | _Lookup | ApplicationError
+
+
 def _fail(kind: E, message: str, view: LinkView) -> ApplicationError:
     """A non-retryable error carrying the durable view the workflow publishes (§5.4)."""
     return ApplicationError(
@@ -99,13 +104,15 @@ class LinkActivities:
     async def dispatch_create(self, input: DispatchInput) -> StepResult:
         """Claim and POST the pending create, or resume whatever a crash left behind."""
         plan = await self._plan(input.link_key)
+        if isinstance(plan, ApplicationError):
+            raise plan  # only now: the parked state it reports has committed
         if isinstance(plan, StepResult):
             return plan
         if isinstance(plan, _Lookup):
             return await self._recover_by_locator(input.link_key, plan)
         return await self._send(input.link_key, plan)
 
-    async def _plan(self, key: str) -> StepResult | _Send | _Lookup:
+    async def _plan(self, key: str) -> _Plan:
         async with self._pool.acquire() as conn, conn.transaction():
             await q.lock_link_key(conn, key)
             attempt = await q.occupying_attempt(conn, key)
@@ -113,7 +120,7 @@ class LinkActivities:
                 return await self._settled(conn, key)
             if attempt["dispatch_lane"] not in q.CLAIMABLE_LANES:
                 view = link_view(key, await q.link_by_key(conn, key), attempt)
-                raise _fail(E.LANE_NOT_CLAIMABLE, f"lane {attempt['dispatch_lane']!r}", view)
+                return _fail(E.LANE_NOT_CLAIMABLE, f"lane {attempt['dispatch_lane']!r}", view)
             request = request_of(attempt)
             started = attempt["remote_io_started_at"] is not None
             action = resume_post(AttemptStatus(attempt["status"]), started, request.profile)
@@ -126,7 +133,7 @@ class LinkActivities:
         attempt: asyncpg.Record,
         request: CreateRequestSnapshot,
         action: ResumeAction,
-    ) -> StepResult | _Send | _Lookup:
+    ) -> _Plan:
         attempt_id, token = str(attempt["attempt_id"]), uuid.uuid4()
         match action:
             case ResumeAction.CLAIM_AND_POST:
@@ -145,7 +152,7 @@ class LinkActivities:
                     "ambiguous_remote_effect",
                     last_error="remote I/O had started before this try; outcome unknown",
                 )
-                raise _fail(
+                return _fail(
                     E.AMBIGUOUS_REMOTE_EFFECT,
                     "earlier POST may have landed",
                     await self._view(conn, key),
@@ -162,7 +169,7 @@ class LinkActivities:
         attempt: asyncpg.Record,
         request: CreateRequestSnapshot,
         token: uuid.UUID,
-    ) -> StepResult | _Send:
+    ) -> _Send | ApplicationError:
         attempt_id = str(attempt["attempt_id"])
         store = PostgresRecordStore(conn)
         if not await store.exists(attempt["source_object"], attempt["source_record_id"]):
@@ -174,14 +181,16 @@ class LinkActivities:
                 "terminal_failed",
                 last_error="source_deleted",
             )
-            raise _fail(
+            return _fail(
                 E.SOURCE_DELETED,
                 "source record deleted before the first POST",
                 await self._view(conn, key),
             )
         claimed = await q.claim_attempt(conn, attempt_id, token)
         if claimed is None:
-            raise _fail(E.TRANSITION_CONFLICT, "attempt not claimable", await self._view(conn, key))
+            return _fail(
+                E.TRANSITION_CONFLICT, "attempt not claimable", await self._view(conn, key)
+            )
         return _Send(attempt_id, token, request, checkpointed=False)
 
     async def _send(self, key: str, plan: _Send) -> StepResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 
 import asyncpg
 import httpx
@@ -55,7 +56,9 @@ def build_worker(
     task_queue: str,
     workflows: Sequence[type] | None = None,
     hooks: DispatchHooks | None = None,
+    graceful_shutdown: timedelta = WORKER_GRACEFUL_SHUTDOWN,
 ) -> Worker:
+    """The worker; `graceful_shutdown` is shortened only by tests that simulate a crash."""
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     return Worker(
         client,
@@ -63,7 +66,7 @@ def build_worker(
         workflows=list(workflows if workflows is not None else registry.workflow_classes()),
         activities=list(registry.activity_callables(pool, http, hooks)),
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
-        graceful_shutdown_timeout=WORKER_GRACEFUL_SHUTDOWN,
+        graceful_shutdown_timeout=graceful_shutdown,
         max_concurrent_activities=200,
     )
 
