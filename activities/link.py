@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import remote
+from activities.deferred import resolve_deferred
 from activities.hooks import DispatchHooks
 from activities.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
 from activities.operator import apply_operator_action, park_in_flight
@@ -29,6 +30,7 @@ from db import links as q
 from db import patches as pq
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
+from protocol.deferred import Waiting
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import (
     DispatchInput,
@@ -56,7 +58,7 @@ from protocol.outcome import (
     interpret_post,
     resume_post,
 )
-from protocol.request import locator_lookup_path
+from protocol.request import FreezeFailure, locator_lookup_path
 from protocol.snapshots import CreateRequestSnapshot
 from protocol.states import AttemptStatus
 
@@ -169,7 +171,7 @@ class LinkActivities:
         attempt: asyncpg.Record,
         request: CreateRequestSnapshot,
         token: uuid.UUID,
-    ) -> _Send | ApplicationError:
+    ) -> StepResult | _Send | ApplicationError:
         attempt_id = str(attempt["attempt_id"])
         store = PostgresRecordStore(conn)
         if not await store.exists(attempt["source_object"], attempt["source_record_id"]):
@@ -186,12 +188,42 @@ class LinkActivities:
                 "source record deleted before the first POST",
                 await self._view(conn, key),
             )
+        deferred = bool(request.pending_associations)
+        if deferred:
+            completed = await self._complete_deferred(conn, key, attempt, request)
+            if not isinstance(completed, CreateRequestSnapshot):
+                return completed
+            request = completed
         claimed = await q.claim_attempt(conn, attempt_id, token)
         if claimed is None:
             return _fail(
                 E.TRANSITION_CONFLICT, "attempt not claimable", await self._view(conn, key)
             )
+        if deferred:
+            # LANE-2: the association-complete body is frozen under this claim.
+            await q.freeze_completed_request(
+                conn, attempt_id, token, request.model_dump(mode="json")
+            )
         return _Send(attempt_id, token, request, checkpointed=False)
+
+    async def _complete_deferred(
+        self, conn: Conn, key: str, attempt: asyncpg.Record, request: CreateRequestSnapshot
+    ) -> CreateRequestSnapshot | StepResult | ApplicationError:
+        """LANE-2: wait for the association targets, or fail closed, or complete the body."""
+        completed = await resolve_deferred(conn, attempt, request)
+        if isinstance(completed, Waiting):
+            view = await self._view(conn, key)
+            return StepResult(kind=StepKind.WAITING, view=view, detail=str(completed.waiting_on))
+        if isinstance(completed, FreezeFailure):
+            await q.move_attempt(
+                conn,
+                str(attempt["attempt_id"]),
+                ["pending", "processing"],
+                "terminal_failed",
+                last_error=f"association: {completed.detail}",
+            )
+            return _fail(E.GATE_FAILED, completed.detail, await self._view(conn, key))
+        return completed
 
     async def _send(self, key: str, plan: _Send) -> StepResult:
         await self._hooks.before_checkpoint(plan.attempt_id)
@@ -264,7 +296,9 @@ class LinkActivities:
                     kind = await finalize_with_mirror(
                         conn, plan.attempt_id, plan.token, remote_id, response
                     )
-                    return StepResult(kind=kind, view=await self._view(conn, key))
+                    view = await self._view(conn, key)
+                    waiting = await self._dependants(conn, key)
+                    return StepResult(kind=kind, view=view, dependants=waiting)
             except RemoteLocatorClaimedError:
                 pass  # ID-4: another link owns this remote object; park, never PATCH two links
         return await self._park(
@@ -412,6 +446,16 @@ class LinkActivities:
             return StepResult(kind=StepKind.PARKED, view=view)
         kind = StepKind.FINALIZED if view.link_status is not None else StepKind.IDLE
         return StepResult(kind=kind, view=view)
+
+    @staticmethod
+    async def _dependants(conn: Conn, key: str) -> list[str]:
+        """Deferred creates waiting on this newly finalized link (LANE-2)."""
+        link = await q.link_by_key(conn, key)
+        if link is None:
+            return []
+        return await q.deferred_dependants(
+            conn, link["connector_owner_key"], link["source_record_id"]
+        )
 
     @staticmethod
     async def _view(conn: Conn, key: str) -> LinkView:

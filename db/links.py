@@ -19,7 +19,7 @@ from db.records import Conn
 Row = asyncpg.Record
 
 # Lanes this runtime claims (LANE-1); any other lane value is left untouched.
-CLAIMABLE_LANES = ["configured"]
+CLAIMABLE_LANES = ["configured", "deferred_association"]
 
 
 async def lock_link_key(conn: Conn, link_key: str) -> None:
@@ -261,3 +261,43 @@ async def last_patch_status(conn: Conn, link_key: str) -> str | None:
         link_key,
     )
     return status
+
+
+async def freeze_completed_request(
+    conn: Conn, attempt_id: str, token: uuid.UUID, request: dict[str, Any]
+) -> bool:
+    """LANE-2: the association-complete body, frozen under this claim before the first POST."""
+    row = await conn.fetchval(
+        """
+        UPDATE connector_push_attempt SET request_snapshot = $3::jsonb
+        WHERE attempt_id = $1 AND claim_token = $2 AND status = 'processing'
+          AND remote_io_started_at IS NULL
+        RETURNING 1
+        """,
+        uuid.UUID(attempt_id),
+        token,
+        json.dumps(request),
+    )
+    return row is not None
+
+
+async def link_targets(conn: Conn, link_keys: list[str]) -> dict[str, Row]:
+    rows = await conn.fetch(
+        "SELECT link_key, status, remote_id FROM connector_remote_link WHERE link_key = ANY($1)",
+        link_keys,
+    )
+    return {r["link_key"]: r for r in rows}
+
+
+async def deferred_dependants(conn: Conn, owner_key: str, source_record_id: str) -> list[str]:
+    """Link keys of deferred attempts whose frozen vector names this record (LANE-2 wake-up)."""
+    rows = await conn.fetch(
+        """
+        SELECT link_key FROM connector_push_attempt
+        WHERE connector_owner_key = $1 AND dispatch_lane = 'deferred_association'
+          AND status = 'pending' AND association_source_ids @> jsonb_build_array($2::text)
+        """,
+        owner_key,
+        source_record_id,
+    )
+    return [r["link_key"] for r in rows]

@@ -88,6 +88,8 @@ class StepResult(Message):
     kind: StepKind
     view: LinkView
     detail: str | None = None
+    # Links whose deferred create waited on this one (LANE-2): the workflow wakes them.
+    dependants: list[str] = Field(default_factory=list)
 
 
 class RemoteEvidence(Message):

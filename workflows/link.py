@@ -14,13 +14,14 @@ Theory of operation:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeUpdate
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.link import LinkActivities
@@ -49,10 +50,12 @@ from protocol.messages import (
     SupersedeInput,
 )
 from protocol.operator import OperatorAction, check_operator_action
+from protocol.states import AttemptStatus
 from protocol.timeouts import LOCAL_ACTIVITY_START_TO_CLOSE, REMOTE_ACTIVITY_START_TO_CLOSE
 from workflows import search_attributes as sa
 
 IDLE_TIMEOUT = timedelta(minutes=10)
+ASSOCIATION_RECHECK = timedelta(seconds=60)
 MAX_STEPS_PER_WAKE = 20
 
 REMOTE_RETRY = RetryPolicy(
@@ -108,13 +111,28 @@ class LinkWorkflow:
                 return LinkWorkflowResult(link_key=input.link_key, reason="idle")
 
     async def _wait_for_work(self) -> bool:
-        """True when woken by a signal; False after the idle period with nothing to do."""
+        """True when woken (signal, or the LANE-2 re-check); False after an idle period."""
+        waiting = self._view.dispatch_lane == "deferred_association" and (
+            self._view.attempt_status is AttemptStatus.PENDING
+        )
         try:
-            await workflow.wait_condition(self._has_work, timeout=IDLE_TIMEOUT)
+            timeout = ASSOCIATION_RECHECK if waiting else IDLE_TIMEOUT
+            await workflow.wait_condition(self._has_work, timeout=timeout)
         except TimeoutError:
+            if waiting:  # a lost notification is covered by the periodic re-check
+                self._wake = True
+                return True
             await workflow.wait_condition(workflow.all_handlers_finished)
             return self._has_work()
         return True
+
+    async def _wake_dependants(self, link_keys: list[str]) -> None:
+        """Tell deferred creates that waited on this link that it is finalized (LANE-2)."""
+        for key in link_keys:
+            handle = workflow.get_external_workflow_handle(f"link/{key}")
+            # Not running: the relay (or the next save) starts it; nothing is lost.
+            with contextlib.suppress(FailureError):
+                await handle.signal(LinkWorkflow.record_saved, RecordSaved())
 
     def _has_work(self) -> bool:
         return self._wake or bool(self._evidence)
@@ -128,6 +146,7 @@ class LinkWorkflow:
                 continue
             self._wake = False
             result = await self._create_step()
+            await self._wake_dependants(result.dependants)
             if result.kind is StepKind.WRITEBACK_PENDING:
                 result = await self._mirror(result.view)
             while result.kind is StepKind.FINALIZED and result.view.pending_patches:
