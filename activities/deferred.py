@@ -27,9 +27,11 @@ async def resolve_deferred(
     if pack is None:
         return FreezeFailure(detail="no active pack for the attempt's owner key")
     active = resolve_active(
-        pack.manifest, pack.pack_install_id, attempt["action_slot_id"],
+        pack.manifest,
+        pack.pack_install_id,
+        attempt["action_slot_id"],
         attempt["destination_slot_id"],
-    )  # fmt: skip
+    )
     frozen = ActionConfigSnapshot.model_validate(jsonb(attempt["action_snapshot"]))
     keys = deferred_target_keys(active, frozen, tuple(vector), request.pending_associations)
     if isinstance(keys, FreezeFailure):

@@ -25,9 +25,11 @@ class Waiting(Snapshot):
 
 
 def deferred_target_keys(
-    active: ActiveMetadata, frozen_action: ActionConfigSnapshot, vector: tuple[str, ...],
+    active: ActiveMetadata,
+    frozen_action: ActionConfigSnapshot,
+    vector: tuple[str, ...],
     pending: tuple[str, ...],
-) -> dict[str, str] | FreezeFailure:  # fmt: skip
+) -> dict[str, str] | FreezeFailure:
     """contract id -> target link key for each pending contract, from the frozen vector."""
     if not active.usable:
         return FreezeFailure(detail="the attempt's action slot no longer resolves")
@@ -45,9 +47,12 @@ def deferred_target_keys(
             return FreezeFailure(detail=f"contract {contract.id} has no frozen target")
         try:
             keys[contract.id] = link_key(
-                active.connector_owner_key, target.id, target.source_object, source_id,
+                active.connector_owner_key,
+                target.id,
+                target.source_object,
+                source_id,
                 target.destination_slot,
-            )  # fmt: skip
+            )
         except InvalidIdentityPart as error:
             return FreezeFailure(detail=f"contract {contract.id}: {error}")
     return keys
