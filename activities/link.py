@@ -48,6 +48,7 @@ from protocol.outcome import (
     Created,
     LocatorAbsent,
     LocatorFound,
+    Observation,
     RateLimited,
     RemoteRejected,
     ResumeAction,
@@ -250,18 +251,19 @@ class LinkActivities:
         if obs.transport is Transport.NOT_SENT:
             await self._clear_checkpoint(plan)
         outcome = interpret_post(obs, request.response_id_path, request.profile)
-        return await self._apply(key, plan, outcome, obs.status)
+        return await self._apply(key, plan, outcome, obs)
 
     async def _apply(
         self,
         key: str,
         plan: _Send | _Lookup,
         outcome: Created | RemoteRejected | RetrySameRequest | RateLimited | Ambiguous,
-        status: int | None,
+        obs: Observation,
     ) -> StepResult:
+        status = obs.status
         match outcome:
             case Created(remote_id=remote_id):
-                return await self._finalize(key, plan, remote_id, status, outcome.body_hash)
+                return await self._finalize(key, plan, remote_id, obs, outcome.body_hash)
             case RemoteRejected():
                 return await self._park(
                     key,
@@ -287,9 +289,12 @@ class LinkActivities:
                 )
 
     async def _finalize(
-        self, key: str, plan: _Send | _Lookup, remote_id: str, status: int | None, body_hash: str
+        self, key: str, plan: _Send | _Lookup, remote_id: str, obs: Observation, body_hash: str
     ) -> StepResult:
-        response = {"status": status, "remote_id": remote_id, "body_hash": body_hash}
+        status = obs.status
+        # The entity tag, when the remote sends one, guards later PATCHes (If-Match).
+        etag = obs.headers.get("etag")
+        response = {"status": status, "remote_id": remote_id, "body_hash": body_hash, "etag": etag}
         async with self._pool.acquire() as conn:
             try:
                 async with conn.transaction():
@@ -357,7 +362,7 @@ class LinkActivities:
         found = interpret_locator_lookup(obs, request.response_id_path)
         match found:
             case LocatorFound(remote_id=remote_id):
-                return await self._finalize(key, plan, remote_id, obs.status, "")
+                return await self._finalize(key, plan, remote_id, obs, "")
             case LocatorAbsent():
                 return await self._send(key, _Send(plan.attempt_id, plan.token, request, True))
             case Ambiguous(reason=reason):
@@ -383,7 +388,7 @@ class LinkActivities:
                                 await self._view(conn, key))  # fmt: skip
         activity.heartbeat()
         obs = await remote.send(
-            self._http, "PATCH", plan.link.profile, plan.path, {}, plan.body,
+            self._http, "PATCH", plan.link.profile, plan.path, plan.headers, plan.body,
             previously_started=plan.checkpointed,
         )  # fmt: skip
         async with self._pool.acquire() as conn, conn.transaction():

@@ -52,6 +52,7 @@ class PatchSend:
     path: str
     body: Any
     checkpointed: bool
+    headers: dict[str, str]
 
 
 def findings_json(findings: tuple[Finding, ...] | list[Finding]) -> list[dict[str, Any]]:
@@ -68,17 +69,24 @@ async def plan_patch(conn: Conn, key: str) -> PatchSend | None:
         return None
     link = link_snapshot(row)
     token = uuid.uuid4()
+    guard = precondition(link, row["remote_etag"])
     in_flight = await pq.in_flight_patch(conn, key)
     if in_flight is not None and in_flight["remote_io_started_at"] is not None:
-        return await _resume_sent(conn, in_flight, link, token)
+        return await _resume_sent(conn, in_flight, link, token, guard)
     patch = in_flight or await pq.pending_patch(conn, key)
     if patch is None or not await pq.claim_patch(conn, patch["patch_id"], token):
         return None
-    return await _build(conn, key, link, patch, token)
+    return await _build(conn, key, link, patch, token, guard)
+
+
+def precondition(link: LinkSnapshot, etag: str | None) -> dict[str, str]:
+    """The profile's declared precondition header with the last seen entity tag (PATCH-3)."""
+    header = link.profile.precondition_header
+    return {header: etag} if header and etag else {}
 
 
 async def _resume_sent(
-    conn: Conn, patch: Any, link: LinkSnapshot, token: uuid.UUID
+    conn: Conn, patch: Any, link: LinkSnapshot, token: uuid.UUID, guard: dict[str, str]
 ) -> PatchSend | None:
     """An earlier try may have sent this PATCH: re-send only if declared replay-safe."""
     if not link.profile.patch_replay_safe:
@@ -90,13 +98,12 @@ async def _resume_sent(
         )
         return None
     await pq.rotate_patch_token(conn, patch["patch_id"], token)
-    return PatchSend(
-        patch["patch_id"], token, link, patch["update_path"], jsonb(patch["body"]), True
-    )
+    body = jsonb(patch["body"])
+    return PatchSend(patch["patch_id"], token, link, patch["update_path"], body, True, guard)
 
 
 async def _build(
-    conn: Conn, key: str, link: LinkSnapshot, patch: Any, token: uuid.UUID
+    conn: Conn, key: str, link: LinkSnapshot, patch: Any, token: uuid.UUID, guard: dict[str, str]
 ) -> PatchSend | None:
     save = SaveRequest(
         connector_owner_key=link.slot.connector_owner_key,
@@ -134,6 +141,7 @@ async def _build(
         decision.request.relative_path,
         decision.request.body,
         False,
+        guard,
     )
 
 
@@ -158,6 +166,8 @@ async def record_outcome(
     key = plan.link.link_key
     match outcome:
         case PatchSucceeded():
+            if etag := obs.headers.get("etag"):
+                await pq.set_remote_etag(conn, key, etag)
             await pq.finish_patch(
                 conn, plan.patch_id, "succeeded", token=plan.token, response=response
             )

@@ -100,6 +100,7 @@ def link_values(attempt: asyncpg.Record, remote_id: str) -> dict[str, Any]:
         "remote_scope": request.remote_scope,
         "status": LinkStatus.FINALIZED.value,
         "mirror_status": MirrorStatus.PENDING.value,
+        "remote_etag": (jsonb(attempt["response_snapshot"]) or {}).get("etag"),
     }
 
 

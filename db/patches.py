@@ -290,3 +290,9 @@ async def park_in_flight_patch(conn: Conn, link_key: str, error: str) -> None:
         link_key,
         error,
     )
+
+
+async def set_remote_etag(conn: Conn, link_key: str, etag: str) -> None:
+    await conn.execute(
+        "UPDATE connector_remote_link SET remote_etag = $2 WHERE link_key = $1", link_key, etag
+    )

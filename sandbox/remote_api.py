@@ -36,7 +36,8 @@ def remote_routes(store: ObjectStore, inbox: CallbackInbox) -> list[Route]:
 
     async def patch(request: Request) -> Response:
         object_type, ref = _address(request)
-        return to_response(store.patch(object_type, ref, await request.body()))
+        if_match = request.headers.get("if-match")
+        return to_response(store.patch(object_type, ref, await request.body(), if_match))
 
     async def delete(request: Request) -> Response:
         return to_response(store.delete(*_address(request)))

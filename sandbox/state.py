@@ -16,6 +16,7 @@ class StoredObject(BaseModel):
     properties: dict[str, str | None]
     created_at: str
     updated_at: str
+    version: int = 1  # bumped on every change; the ETag is its quoted value
 
 
 class IdempotencyRecord(BaseModel):

@@ -39,22 +39,30 @@ class ObjectStore:
             obj = self._find(object_type, ref, id_property)
         except Rejected as rejected:
             return rejected.reply
-        return Reply(200, render(obj))
+        return Reply(200, render(obj), etag_header(obj))
 
-    def patch(self, object_type: str, object_id: str, raw: bytes) -> Reply:
-        """Merge properties into an object; every attempt is written to the ledger."""
+    def patch(
+        self, object_type: str, object_id: str, raw: bytes, if_match: str | None = None
+    ) -> Reply:
+        """Merge properties into an object; every attempt is written to the ledger.
+
+        With `If-Match`, a stale ETag answers 412 and changes nothing.
+        """
         try:
             type_config = self._type_config(object_type)
             properties = _parse_properties(raw)
             obj = self._find(object_type, object_id, None)
+            if if_match is not None and if_match != etag(obj):
+                raise Rejected(error(412, "PRECONDITION_FAILED", "The object has changed"))
             self._check_unique(object_type, type_config, properties, exclude_id=obj.id)
         except Rejected as rejected:
             self._record("patch", object_type, object_id, raw, rejected.reply.status)
             return rejected.reply
         obj.properties.update(properties)
         obj.updated_at = now_iso()
+        obj.version += 1
         self._record("patch", object_type, obj.id, raw, 200, _unique(type_config, properties))
-        return Reply(200, render(obj))
+        return Reply(200, render(obj), etag_header(obj))
 
     def delete(self, object_type: str, object_id: str) -> Reply:
         """Remove an object (HubSpot archives; the sandbox forgets it and frees its values)."""
@@ -149,7 +157,7 @@ class ObjectStore:
             state.idempotency.setdefault(object_type, {})[key] = record
         unique = _unique(type_config, properties)
         self._record("create", object_type, object_id, raw, 201, unique, key=sent_key)
-        return Reply(201, body)
+        return Reply(201, body, etag_header(obj))
 
     def _record(
         self,
@@ -178,6 +186,15 @@ class ObjectStore:
         )
         ledger.append(entry)
         self._holder.commit()
+
+
+def etag(obj: StoredObject) -> str:
+    """The object's current entity tag (changes with every applied PATCH)."""
+    return f'"{obj.version}"'
+
+
+def etag_header(obj: StoredObject) -> dict[str, str]:
+    return {"ETag": etag(obj)}
 
 
 def render(obj: StoredObject) -> JsonValue:

@@ -17,7 +17,7 @@ from protocol.errors import RejectReason
 from protocol.messages import RevalidateInput
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
-from tests.e2e.conftest import Stack, company_key, contact_key, demo_manifest
+from tests.e2e.conftest import Stack, company_key, contact_key, deal_key, demo_manifest
 from tests.e2e.support import eventually
 from workflows.link import LinkWorkflow
 
@@ -322,3 +322,45 @@ async def test_revalidate_restores_a_suspended_link_and_rejects_a_finalized_one(
     assert isinstance(await stack.push("c-001"), PatchQueued)
     await settled(stack, link["link_key"])
     assert len(await patches(stack)) == 1
+
+
+async def finalized_deal(stack: Stack) -> asyncpg.Record:
+    await stack.push("o-001", slot="push-deal", obj="Opportunity", dest="remote-deals")
+    key = deal_key("o-001")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    link = await stack.link(key)
+    assert link is not None and link["remote_etag"], "the create's ETag is kept"
+    return link
+
+
+async def push_deal(stack: Stack) -> None:
+    decision = await stack.push("o-001", slot="push-deal", obj="Opportunity", dest="remote-deals")
+    assert isinstance(decision, PatchQueued)
+
+
+async def test_precondition_follows_the_etag_across_patches(stack: Stack) -> None:
+    link = await finalized_deal(stack)
+    for amount in ("1", "2"):
+        await set_field(stack.pool, "Opportunity", "o-001", "Amount", amount)
+        await push_deal(stack)
+        await settled(stack, link["link_key"])
+    rows = await patch_rows(stack, link["link_key"])
+    assert [r["status"] for r in rows] == ["succeeded", "succeeded"]
+    current = await stack.link(link["link_key"])
+    assert current is not None and current["remote_etag"] != link["remote_etag"]
+
+
+async def test_out_of_band_change_is_412_and_suspends_without_overwriting(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    link = await finalized_deal(stack)
+    async with httpx.AsyncClient(base_url=remote.url) as http:
+        await http.patch(
+            f"/crm/v3/objects/deals/{link['remote_id']}",
+            json={"properties": {"dealname": "changed elsewhere"}},
+        )
+    await push_deal(stack)
+    row = await suspended(stack, link["link_key"])
+    assert row is not None and row["suspend_reason"] == "remote_conflict"
+    obj = await remote_object(remote, "deals", link["remote_id"])
+    assert obj["properties"]["dealname"] == "changed elsewhere"

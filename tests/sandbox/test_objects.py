@@ -175,3 +175,25 @@ async def test_ledger_records_body_hash_and_unique_values(
     assert entry.body_sha256 == hashlib.sha256(raw).hexdigest()
     assert entry.unique_values == {"email": "ivy@example.com", LOCATOR: "link-5"}
     assert entry.idempotency_key == "k-5"
+
+
+async def test_etag_changes_on_patch_and_a_stale_if_match_is_412_with_nothing_changed(
+    sandbox: SandboxClient, http: httpx.AsyncClient
+) -> None:
+    created = await http.post(CONTACTS, json=contact("eve@example.com", firstname="Eve"))
+    object_id, first = created.json()["id"], created.headers["etag"]
+    fresh = await http.patch(
+        f"{CONTACTS}/{object_id}",
+        json=contact("eve@example.com", firstname="Evelyn"),
+        headers={"If-Match": first},
+    )
+    assert fresh.status_code == 200 and fresh.headers["etag"] != first
+    stale = await http.patch(
+        f"{CONTACTS}/{object_id}",
+        json=contact("eve@example.com", firstname="Mallory"),
+        headers={"If-Match": first},
+    )
+    assert stale.status_code == 412
+    read = await http.get(f"{CONTACTS}/{object_id}")
+    assert read.json()["properties"]["firstname"] == "Evelyn"
+    assert read.headers["etag"] == fresh.headers["etag"]
