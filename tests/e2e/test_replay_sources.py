@@ -1,0 +1,75 @@
+"""Scenarios whose workflow histories are committed under tests/replay/histories/.
+
+They run in every suite as ordinary end-to-end tests. With RECORD_HISTORIES=1
+they also (re)write the history files that tests/replay replays, so a change
+that breaks determinism of LinkWorkflow fails CI. Re-record only on purpose:
+`RECORD_HISTORIES=1 .venv/bin/pytest tests/e2e/test_replay_sources.py`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from temporalio.client import WorkflowHandle
+
+from protocol.messages import ReconcileInput
+from sandbox.faults import FaultRuleSpec
+from tests.e2e.conftest import Stack, company_key, contact_key
+from tests.e2e.support import eventually
+from workflows.link import LinkWorkflow
+
+HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
+
+
+async def keep_history(handle: WorkflowHandle[LinkWorkflow, object], name: str) -> None:
+    if os.environ.get("RECORD_HISTORIES") != "1":
+        return
+    history = await handle.fetch_history()
+    (HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
+async def test_happy_path_then_patch(stack: Stack) -> None:
+    key = contact_key("c-001")
+    await stack.push("c-001")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    await stack.push("c-001")
+    await eventually(
+        lambda: stack.pool.fetchval(
+            "SELECT count(*) FROM connector_patch_dispatch WHERE link_key = $1 "
+            "AND status = 'succeeded'",
+            key,
+        ),
+        lambda n: n == 1,
+    )
+    await keep_history(stack.handle(key), "happy_path_then_patch")
+
+
+async def test_ambiguous_then_reconcile(stack: Stack) -> None:
+    await stack.push("c-002")
+    await eventually(
+        lambda: stack.attempt(contact_key("c-002")), lambda r: r["status"] == "finalized"
+    )
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(method="POST", path="/crm/v3/objects/companies", action="reset_after_effect")
+    )
+    await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
+    key = company_key("a-002")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "ambiguous_remote_effect")
+    [created] = await stack.sandbox.ledger(object_type="companies", kind="create")
+    assert created.object_id is not None
+    handle = stack.handle(key)
+    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.needs_operator)
+    result = await handle.execute_update(
+        LinkWorkflow.reconcile,
+        ReconcileInput(
+            operator="ops",
+            reason="found it",
+            remote_id=created.object_id,
+            evidence="sandbox ledger entry",
+        ),
+        id="reconcile-1",
+    )
+    assert result.view.link_status == "finalized"
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    await keep_history(handle, "ambiguous_then_reconcile")

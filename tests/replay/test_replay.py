@@ -1,0 +1,39 @@
+"""Committed LinkWorkflow histories replay against today's code (STYLE rule 8).
+
+A non-deterministic change to the workflow (a new activity or timer in an
+existing path without `workflow.patched`) fails here. The histories are
+recorded by tests/e2e/test_replay_sources.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from worker.runtime import PASSTHROUGH_MODULES
+from workflows.link import LinkWorkflow
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+def test_histories_are_committed() -> None:
+    names = {path.stem for path in HISTORIES}
+    assert {"happy_path_then_patch", "ambiguous_then_reconcile"} <= names
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_history_replays_deterministically(path: Path) -> None:
+    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    replayer = Replayer(
+        workflows=[LinkWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
+    assert result.replay_failure is None
