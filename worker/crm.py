@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 import asyncpg
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.admission import admit_save
+from activities.wake import link_workflow_id, wake_link
 from protocol.admission import (
     AdmissionDecision,
     CreateReserved,
@@ -24,10 +24,12 @@ from protocol.admission import (
     SaveRequest,
 )
 from protocol.errors import RejectReason
-from protocol.messages import LinkWorkflowInput, RecordSaved
-from workflows.link import LinkWorkflow
 
 log = logging.getLogger(__name__)
+
+# The CRM-facing names of the shared wake-up (activities.wake holds the logic).
+workflow_id = link_workflow_id
+__all__ = ["decision_link_key", "report_save", "wake_link", "workflow_id"]
 
 
 def decision_link_key(decision: AdmissionDecision) -> str | None:
@@ -41,25 +43,6 @@ def _wakes_workflow(decision: AdmissionDecision) -> bool:
     if isinstance(decision, Rejected):
         return decision.reason is RejectReason.DRIFT_FAIL_CLOSED
     return True
-
-
-def workflow_id(link_key: str) -> str:
-    """WF-1: one workflow per link key."""
-    return f"link/{link_key}"
-
-
-async def wake_link(client: Client, task_queue: str, link_key: str, save_id: str | None) -> None:
-    """Signal-with-start `record_saved`: the signal only says "look for work"."""
-    await client.start_workflow(
-        LinkWorkflow.run,
-        LinkWorkflowInput(link_key=link_key),
-        id=workflow_id(link_key),
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        start_signal="record_saved",
-        start_signal_args=[RecordSaved(save_id=save_id)],
-        static_summary=f"link {link_key}",
-    )
 
 
 async def report_save(

@@ -11,6 +11,7 @@ import asyncpg
 from worker.client import connect_temporal
 from worker.observability import configure_logging, configure_tracing
 from worker.runtime import build_worker, ensure_search_attributes, remote_http_client, run_until
+from worker.schedules import ensure_relay_schedule
 from worker.settings import RuntimeSettings
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     stop = stop or _stop_on_signals()
     client = await connect_temporal(settings)
     await ensure_search_attributes(client)
+    await ensure_relay_schedule(client, settings.task_queue)
     pool = await asyncpg.create_pool(settings.require_database_url(), min_size=2, max_size=20)
     try:
         async with remote_http_client() as http:

@@ -10,12 +10,14 @@ import httpx
 
 from activities.hooks import DispatchHooks
 from activities.link import LinkActivities
+from activities.relay import RelayActivities
 from workflows.link import LinkWorkflow
+from workflows.relay import RelayWorkflow
 
 
 def workflow_classes() -> Sequence[type]:
     """Every workflow class the `connector-push` task queue serves."""
-    return [LinkWorkflow]
+    return [LinkWorkflow, RelayWorkflow]
 
 
 def activity_callables(
@@ -23,6 +25,7 @@ def activity_callables(
 ) -> Sequence[Callable[..., Any]]:
     """Activity methods bound to the shared pool and HTTP client."""
     link = LinkActivities(pool, http, hooks)
+    relay = RelayActivities(pool)
     return [
         link.dispatch_create,
         link.dispatch_patch,
@@ -30,4 +33,5 @@ def activity_callables(
         link.apply_operator_action,
         link.apply_remote_evidence,
         link.park_exhausted,
+        relay.wake_links_with_pending_work,
     ]

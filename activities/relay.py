@@ -1,0 +1,48 @@
+"""The relay's activity (SPEC WF-2): wake every link with work its workflow has not done.
+
+Idempotent by construction: waking is a signal-with-start whose signal only says
+"look for work", and the workflow decides from Postgres, so a retried page or
+two overlapping sweeps change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Final
+
+import asyncpg
+from temporalio import activity
+
+from activities.wake import wake_link
+from db import relay as q
+from protocol.relay import RelayPageInput, RelayPageResult
+
+# Signal-with-starts in flight at once: enough to sweep a backlog quickly without
+# flooding the frontend.
+WAKE_CONCURRENCY: Final = 16
+
+
+class RelayActivities:
+    """Bound to the worker's pool; Temporal calls go through the activity's own client."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @activity.defn
+    async def wake_links_with_pending_work(self, input: RelayPageInput) -> RelayPageResult:
+        """Wake one page of links (key order after `input.after`) on this task queue."""
+        async with self._pool.acquire() as conn:
+            keys = await q.links_with_pending_work(
+                conn, input.after, input.limit, timedelta(seconds=input.min_age_seconds)
+            )
+        client, task_queue = activity.client(), activity.info().task_queue
+        gate = asyncio.Semaphore(WAKE_CONCURRENCY)
+
+        async def wake(key: str) -> None:
+            async with gate:
+                await wake_link(client, task_queue, key, None)
+
+        await asyncio.gather(*(wake(key) for key in keys))
+        full = len(keys) == input.limit
+        return RelayPageResult(woken=len(keys), last_key=keys[-1] if full else None)

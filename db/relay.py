@@ -1,0 +1,47 @@
+"""Named queries of the relay sweep (SPEC WF-2): which links have work a workflow must do."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Final
+
+from db.links import CLAIMABLE_LANES
+from db.records import Conn
+
+# Create attempts a workflow must move on: dispatch (pending, or processing with no
+# checkpoint), resolve after a crash (processing with a checkpoint, post_sent: the
+# dispatch parks or resends them, never re-POSTs blindly) or finish (writeback_pending).
+CREATE_WORK: Final = ("pending", "processing", "post_sent", "writeback_pending")
+# PATCH dispatches waiting for, or stranded in, their workflow (SPEC §5.5).
+PATCH_WORK: Final = ("pending", "processing")
+
+LINKS_WITH_PENDING_WORK: Final = """
+SELECT link_key FROM (
+    SELECT link_key FROM connector_push_attempt
+    WHERE status = ANY($3::text[]) AND dispatch_lane = ANY($5::text[])
+      AND updated_at <= now() - $6::interval
+    UNION
+    SELECT link_key FROM connector_patch_dispatch
+    WHERE status = ANY($4::text[]) AND dispatch_lane = ANY($5::text[])
+      AND updated_at <= now() - $6::interval
+) AS work
+WHERE $1::text IS NULL OR link_key > $1
+ORDER BY link_key
+LIMIT $2
+"""
+
+
+async def links_with_pending_work(
+    conn: Conn, after: str | None, limit: int, min_age: timedelta
+) -> list[str]:
+    """Up to `limit` link keys, in key order after `after`, whose rows are `min_age` old."""
+    rows = await conn.fetch(
+        LINKS_WITH_PENDING_WORK,
+        after,
+        limit,
+        list(CREATE_WORK),
+        list(PATCH_WORK),
+        CLAIMABLE_LANES,
+        min_age,
+    )
+    return [row["link_key"] for row in rows]

@@ -1,0 +1,191 @@
+"""The relay (SPEC WF-2): reservations whose wake-up never reached Temporal are dispatched.
+
+`report_save(..., client=None)` is the CRM entry with Temporal unreachable: the
+admission commits and nothing is woken. The last test stops a real (private)
+Temporal server instead, saves while it is down, and restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+
+from cli.stack.devconfig import load_dev_config
+from cli.stack.process import free_port
+from cli.stack.temporal import TemporalDevServer
+from protocol.admission import AdmissionDecision, CreateReserved, SaveRequest
+from protocol.relay import RelayInput, RelayResult
+from sandbox.client import SandboxClient
+from tests.e2e.conftest import OWNER, Stack, contact_key, deal_key
+from tests.e2e.rig import Rig
+from tests.e2e.support import eventually
+from worker.crm import report_save, workflow_id
+from worker.schedules import ensure_relay_schedule, relay_schedule_id
+from workflows.relay import RelayWorkflow
+
+
+def _save(record_id: str, slot: str = "push-contact", obj: str = "Contact") -> SaveRequest:
+    dest = {"push-contact": "remote-contacts", "push-deal": "remote-deals"}[slot]
+    return SaveRequest(
+        connector_owner_key=OWNER,
+        action_slot_id=slot,
+        destination_slot_id=dest,
+        source_object=obj,
+        source_record_id=record_id,
+        originating_user_id="alice",
+    )
+
+
+async def _save_while_temporal_down(stack: Stack, record_id: str) -> AdmissionDecision:
+    decision = await report_save(stack.pool, None, stack.task_queue, _save(record_id))
+    stack.touched.add(contact_key(record_id))
+    return decision
+
+
+async def _relay(stack: Stack, min_age_seconds: float = 0.0) -> RelayResult:
+    return await stack.client.execute_workflow(
+        RelayWorkflow.run,
+        RelayInput(min_age_seconds=min_age_seconds, page_size=1),  # page size 1: paging runs
+        id=f"relay-test/{uuid.uuid4().hex}",
+        task_queue=stack.task_queue,
+    )
+
+
+async def _no_workflow(client: Client, key: str) -> bool:
+    """No open run for the link (ids are per link key, so earlier tests' runs are closed)."""
+    try:
+        description = await client.get_workflow_handle(workflow_id(key)).describe()
+    except RPCError as error:
+        return error.status is RPCStatusCode.NOT_FOUND
+    return description.status is not WorkflowExecutionStatus.RUNNING
+
+
+async def _creates(sandbox: SandboxClient, object_type: str) -> list[str | None]:
+    return [e.object_id for e in await sandbox.ledger(object_type=object_type, kind="create")]
+
+
+async def test_reservation_made_while_temporal_was_unreachable_is_dispatched(
+    stack: Stack,
+) -> None:
+    """The decision stands with nothing dispatched; one sweep wakes exactly the links with
+    pending work (not the finalized one); a second sweep finds nothing; one create each."""
+    await stack.push("c-002")
+    await eventually(
+        lambda: stack.attempt(contact_key("c-002")), lambda r: r["status"] == "finalized"
+    )
+    decisions = [await _save_while_temporal_down(stack, r) for r in ("c-001", "c-003")]
+    assert all(isinstance(d, CreateReserved) for d in decisions)
+    for record_id in ("c-001", "c-003"):
+        assert (await stack.attempt(contact_key(record_id)))["status"] == "pending"
+        assert await _no_workflow(stack.client, contact_key(record_id))
+    assert len(await _creates(stack.sandbox, "contacts")) == 1
+
+    result = await _relay(stack)
+    assert result.woken == 2 and result.complete and result.pages == 3
+    for record_id in ("c-001", "c-003"):
+        await eventually(
+            lambda r=record_id: stack.attempt(contact_key(r)), lambda a: a["status"] == "finalized"
+        )
+    assert (await _relay(stack)).woken == 0
+    creates = await _creates(stack.sandbox, "contacts")
+    assert len(creates) == 3 and len(set(creates)) == 3
+
+
+async def test_relay_leaves_fresh_reservations_to_their_own_wake_up(stack: Stack) -> None:
+    """Rows younger than `min_age` are not swept, so a sweep never races a live save."""
+    assert isinstance(await _save_while_temporal_down(stack, "c-001"), CreateReserved)
+    assert (await _relay(stack, min_age_seconds=3600)).woken == 0
+    assert (await stack.attempt(contact_key("c-001")))["status"] == "pending"
+    assert await _no_workflow(stack.client, contact_key("c-001"))
+
+
+async def test_relay_schedule_is_created_idempotently_and_dispatches(stack: Stack) -> None:
+    """What `connector-push worker` does at start, twice (a restart or a second worker);
+    triggering the schedule runs a sweep that dispatches the stranded reservation."""
+    relay = RelayInput(min_age_seconds=0)
+    handle = await ensure_relay_schedule(stack.client, stack.task_queue, relay=relay)
+    try:
+        again = await ensure_relay_schedule(stack.client, stack.task_queue, relay=relay)
+        assert again.id == handle.id == relay_schedule_id(stack.task_queue)
+        described = await handle.describe()
+        [interval] = described.schedule.spec.intervals
+        assert interval.every == timedelta(seconds=30)
+        assert isinstance(await _save_while_temporal_down(stack, "c-001"), CreateReserved)
+        await handle.trigger()
+        attempt = await eventually(
+            lambda: stack.attempt(contact_key("c-001")), lambda a: a["status"] == "finalized"
+        )
+        assert await _creates(stack.sandbox, "contacts") == [attempt["remote_id"]]
+    finally:
+        await handle.delete()
+
+
+# -- a real outage: a private Temporal server stopped and restarted ---------------------
+
+
+@pytest.fixture
+def private_temporal(tmp_path: Path) -> Iterator[TemporalDevServer]:
+    """A Temporal dev server of this test's own (the session's server is shared)."""
+    base = load_dev_config().temporal
+    config = base.model_copy(update={"frontend_port": free_port(), "ui_port": free_port()})
+    server = TemporalDevServer(
+        config=config, db_file=tmp_path / "temporal.sqlite", ui=False, log_path=tmp_path / "log"
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def outage_rig(
+    private_temporal: TemporalDevServer, demo_db: asyncpg.Pool, sandbox: SandboxClient
+) -> AsyncIterator[Rig]:
+    await private_temporal.wait_ready()
+    client = await Client.connect(
+        private_temporal.address,
+        namespace=private_temporal.config.namespace,
+        data_converter=pydantic_data_converter,
+    )
+    task_queue = f"outage-{uuid.uuid4().hex[:8]}"
+    rig = Rig(Stack(demo_db, client, task_queue, sandbox), client, demo_db, task_queue)
+    try:
+        yield rig
+    finally:
+        await rig.close()
+
+
+async def test_saves_admitted_during_a_temporal_outage_are_dispatched_once_after_it(
+    outage_rig: Rig, private_temporal: TemporalDevServer
+) -> None:
+    rig, stack = outage_rig, outage_rig.stack
+    private_temporal.stop()
+    records = [("c-001", "push-contact", "Contact"), ("o-001", "push-deal", "Opportunity")]
+    saves = [_save(r, slot, obj) for r, slot, obj in records]
+    decisions = await asyncio.gather(
+        *(report_save(stack.pool, stack.client, stack.task_queue, s) for s in saves)
+    )
+    assert all(isinstance(d, CreateReserved) for d in decisions)  # the wake-up failed
+    keys = [contact_key("c-001"), deal_key("o-001")]
+    stack.touched.update(keys)
+
+    private_temporal.start()
+    await private_temporal.wait_ready()
+    await rig.start_worker()
+    for key in keys:
+        assert (await stack.attempt(key))["status"] == "pending"
+    assert (await _relay(stack)).woken == 2
+    for key in keys:
+        await eventually(lambda k=key: stack.attempt(k), lambda a: a["status"] == "finalized")
+    assert len(await _creates(stack.sandbox, "contacts")) == 1
+    assert len(await _creates(stack.sandbox, "deals")) == 1
