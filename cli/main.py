@@ -26,6 +26,7 @@ def _register_all() -> None:
         link_cmds,
         link_key,
         migrate_cmd,
+        operator_cmds,
         pack_cmd,
         records_cmd,
         sandbox_cmd,
@@ -42,6 +43,7 @@ def _register_all() -> None:
         ingress_cmd,
         link_key,
         link_cmds,
+        operator_cmds,
     ):
         module.register(app)
 
