@@ -20,6 +20,8 @@ class EventRow(NamedTuple):
     handler: str
     payload: str
     first_receipt_id: str
+    target_object: str | None = None
+    remote_object_id: str | None = None
 
 
 class ReceiptRow(NamedTuple):
@@ -32,6 +34,12 @@ class ReceiptRow(NamedTuple):
     payload: str
 
 
+class UnstartedExecution(NamedTuple):
+    execution_id: str
+    endpoint: str
+    callback_id: str
+
+
 class ActionExecutionRow(NamedTuple):
     execution_id: str
     endpoint: str
@@ -40,11 +48,19 @@ class ActionExecutionRow(NamedTuple):
     receipt_id: str
     payload: str
     expiration: timedelta
+    handler: str | None = None
+    target_object: str | None = None
+    remote_object_id: str | None = None
 
 
 INSERT_EVENTS = """
-INSERT INTO connector_event (event_id, endpoint, event_type, handler, payload, first_receipt_id)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+INSERT INTO connector_event (
+    event_id, endpoint, event_type, handler, payload, first_receipt_id,
+    target_object, remote_object_id
+)
+SELECT * FROM unnest(
+    $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]
+)
 ON CONFLICT (event_id) DO NOTHING
 RETURNING event_id
 """
@@ -60,10 +76,34 @@ ON CONFLICT (receipt_id) DO NOTHING
 
 INSERT_ACTION_EXECUTION = """
 INSERT INTO workflow_action_execution
-    (execution_id, endpoint, callback_id, action_id, receipt_id, payload, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, now() + $7::interval)
+    (execution_id, endpoint, callback_id, action_id, receipt_id, payload, expires_at,
+     handler, target_object, remote_object_id)
+VALUES ($1, $2, $3, $4, $5, $6, now() + $7::interval, $8, $9, $10)
 ON CONFLICT DO NOTHING
 RETURNING expires_at
+"""
+
+MARK_EVENTS_STARTED = """
+UPDATE connector_event SET workflow_started_at = now()
+WHERE event_id = ANY($1::text[]) AND workflow_started_at IS NULL
+"""
+
+MARK_EXECUTION_STARTED = """
+UPDATE workflow_action_execution SET workflow_started_at = now()
+WHERE execution_id = $1 AND workflow_started_at IS NULL
+"""
+
+# The relay's backlog: rows committed a while ago whose workflow no one started.
+UNSTARTED_EVENTS = """
+SELECT event_id FROM connector_event
+WHERE workflow_started_at IS NULL AND created_at <= now() - $1::interval
+ORDER BY created_at LIMIT $2
+"""
+
+UNSTARTED_EXECUTIONS = """
+SELECT execution_id, endpoint, callback_id FROM workflow_action_execution
+WHERE workflow_started_at IS NULL AND created_at <= now() - $1::interval
+ORDER BY created_at LIMIT $2
 """
 
 SELECT_ONE = "SELECT 1"
@@ -96,3 +136,25 @@ async def insert_action_execution(conn: Conn, row: ActionExecutionRow) -> dateti
 async def select_one(conn: Conn) -> None:
     """The cheapest statement that proves the database answers."""
     await conn.fetchval(SELECT_ONE)
+
+
+async def mark_events_started(conn: Conn, event_ids: Sequence[str]) -> None:
+    """Record that processing workflows exist for these events (the relay skips them)."""
+    await conn.execute(MARK_EVENTS_STARTED, list(event_ids))
+
+
+async def mark_execution_started(conn: Conn, execution_id: str) -> None:
+    await conn.execute(MARK_EXECUTION_STARTED, execution_id)
+
+
+async def unstarted_events(conn: Conn, min_age: timedelta, limit: int) -> list[str]:
+    """Events at least `min_age` old whose processing workflow was never started."""
+    return [str(r["event_id"]) for r in await conn.fetch(UNSTARTED_EVENTS, min_age, limit)]
+
+
+async def unstarted_executions(
+    conn: Conn, min_age: timedelta, limit: int
+) -> list[UnstartedExecution]:
+    """Must-complete executions at least `min_age` old whose callback workflow never started."""
+    rows = await conn.fetch(UNSTARTED_EXECUTIONS, min_age, limit)
+    return [UnstartedExecution(r["execution_id"], r["endpoint"], r["callback_id"]) for r in rows]

@@ -8,12 +8,14 @@ Response bodies follow the automation-v4 action protocol: a state in
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
 from db.ingress_queries import ActionExecutionRow, ReceiptRow
 from ingress.admission import Admitter
 from ingress.errors import Rejection
+from ingress.webhook import remote_object_id
 from protocol.event_identity import (
     IdentityError,
     JsonError,
@@ -72,27 +74,57 @@ def output(state: str, **extra: str) -> dict[str, dict[str, str]]:
     return {"outputFields": {STATE_FIELD: state, **extra}}
 
 
+@dataclass(frozen=True)
+class ActionAnswer:
+    body: dict[str, dict[str, str]]
+    # The execution this request newly admitted (None: best-effort or a duplicate).
+    admitted: ActionExecutionRow | None = None
+
+
+def _execution_row(
+    endpoint: WorkflowActionEndpoint,
+    execution: Mapping[str, object],
+    action_id: str,
+    rule: ActionRule,
+    ids: tuple[str, str, str],
+) -> ActionExecutionRow:
+    callback_id, execution_id, receipt_id = ids
+    route = rule.route
+    return ActionExecutionRow(
+        execution_id,
+        endpoint.name,
+        callback_id,
+        action_id,
+        receipt_id,
+        dump_exact_json(execution),
+        rule.expiration,
+        route.handler.value if route else None,
+        route.target_object if route else None,
+        remote_object_id(route, execution) if route else None,
+    )
+
+
 async def answer(
     endpoint: WorkflowActionEndpoint,
     admitter: Admitter,
     execution: Mapping[str, object],
     request_id: str,
-) -> dict[str, dict[str, str]]:
+) -> ActionAnswer:
     """FAIL_CONTINUE for best-effort (stores nothing); BLOCK once a must-complete is committed."""
     action_id, rule = select_rule(endpoint, execution)
     if rule.policy is ActionPolicy.BEST_EFFORT:
-        return output(FAIL_CONTINUE)
+        return ActionAnswer(output(FAIL_CONTINUE))
     callback_id = _callback_id(endpoint, execution)
     try:
         execution_id = business_identity(endpoint.identity, endpoint.name, execution)
         receipt_id = receipt_identity(endpoint.identity, endpoint.name, execution)
     except IdentityError:
         raise Rejection(400, "unidentifiable_execution") from None
-    payload = dump_exact_json(execution)
-    receipt = ReceiptRow(receipt_id, endpoint.name, request_id, None, action_id, None, payload)
-    row = ActionExecutionRow(
-        execution_id, endpoint.name, callback_id, action_id, receipt_id, payload, rule.expiration
+    row = _execution_row(
+        endpoint, execution, action_id, rule, (callback_id, execution_id, receipt_id)
     )
+    receipt = ReceiptRow(receipt_id, endpoint.name, request_id, None, action_id, None, row.payload)
     # A duplicate callback id was admitted earlier: same answer, nothing new stored.
-    await admitter.admit_action(receipt, row)
-    return output(BLOCK, **{EXPIRATION_FIELD: rule.block_expiration})
+    admitted = await admitter.admit_action(receipt, row)
+    body = output(BLOCK, **{EXPIRATION_FIELD: rule.block_expiration})
+    return ActionAnswer(body, row if admitted is not None else None)

@@ -19,13 +19,18 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 
+from db.ingress_queries import UnstartedExecution
 from ingress import actions
 from ingress.admission import Admitter
-from ingress.config import IngressConfig
+from ingress.config import IngressConfig, TemporalTarget
+from ingress.dispatch import Background, WorkflowStarter
 from ingress.errors import DropReason, Rejection, Unavailable
 from ingress.gate import deadline_budget_ms, read_verified_body
 from ingress.metrics import DropCounter
+from ingress.relay import Relay
 from ingress.webhook import plan_admission
 from protocol.ingress_policy import (
     EndpointMode,
@@ -56,6 +61,19 @@ class IngressApp:
         self.now_ms = now_ms
         webhooks = {e.name for e in config.policy.endpoints if isinstance(e, WebhookEndpoint)}
         self.drops = DropCounter(frozenset(webhooks))
+        self.starter: WorkflowStarter | None = (
+            None  # set by the lifespan when Temporal is configured
+        )
+        self.background = Background()
+
+    def _after_commit_events(self, event_ids: list[str]) -> None:
+        """Fire-and-forget: the response never waits on (or fails with) Temporal (ING-6)."""
+        if self.starter is not None and event_ids:
+            self.background.spawn(self.starter.start_events(self.admitter.pool, event_ids))
+
+    def _after_commit_action(self, execution: UnstartedExecution) -> None:
+        if self.starter is not None:
+            self.background.spawn(self.starter.start_execution(self.admitter.pool, execution))
 
     def _unavailable(self, endpoint: str, reason: DropReason) -> Response:
         log.warning("endpoint %s unavailable: %s", endpoint, reason.value)
@@ -93,7 +111,8 @@ class IngressApp:
         async def handle(request: Request, request_id: str) -> Response:
             body = await read_verified_body(endpoint, secret, request, self.now_ms())
             plan = plan_admission(endpoint, body, request_id)
-            await self.admitter.admit_events(plan.events, plan.receipts)
+            new_ids = await self.admitter.admit_events(plan.events, plan.receipts)
+            self._after_commit_events(new_ids)
             return JSONResponse(
                 {"requestId": request_id, "receipts": plan.correlations}, status_code=202
             )
@@ -113,7 +132,11 @@ class IngressApp:
                 )
             execution = actions.parse_execution(body)
             result = await actions.answer(endpoint, self.admitter, execution, request_id)
-            return JSONResponse(result, status_code=200)
+            if (row := result.admitted) is not None:
+                self._after_commit_action(
+                    UnstartedExecution(row.execution_id, row.endpoint, row.callback_id)
+                )
+            return JSONResponse(result.body, status_code=200)
 
         return handle
 
@@ -144,19 +167,53 @@ class IngressApp:
         return PlainTextResponse(self.drops.render())
 
 
+async def connect_lazily(target: TemporalTarget) -> Client:
+    """A client that connects on first use, so a down Temporal never blocks startup."""
+    api_key = target.api_key.get_secret_value() if target.api_key else None
+    return await Client.connect(
+        target.address,
+        namespace=target.namespace,
+        data_converter=pydantic_data_converter,
+        api_key=api_key,
+        tls=target.tls or api_key is not None,
+        lazy=True,
+    )
+
+
 def create_app(
-    config: IngressConfig, database_url: str, *, now_ms: Clock = wall_clock_ms
+    config: IngressConfig,
+    database_url: str,
+    *,
+    now_ms: Clock = wall_clock_ms,
+    temporal: TemporalTarget | tuple[Client, str] | None = None,
+    relay: bool = True,
 ) -> Starlette:
-    """The ASGI app; its lifespan opens and closes the admission pool."""
+    """The ASGI app; its lifespan opens the admission pool and, when `temporal` is given
+    (a target, or a client and task queue), the workflow starter and the relay."""
     admitter = Admitter(database_url)
+    ingress = IngressApp(config, admitter, now_ms)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await admitter.open()
+        relaying: asyncio.Task[None] | None = None
+        if temporal is not None:
+            if isinstance(temporal, TemporalTarget):
+                client, task_queue = await connect_lazily(temporal), temporal.task_queue
+            else:
+                client, task_queue = temporal
+            ingress.starter = WorkflowStarter(client, task_queue, config.policy)
+            if relay:
+                relaying = asyncio.create_task(Relay(ingress.starter).run(admitter.pool))
         try:
             yield
         finally:
+            if relaying is not None:
+                relaying.cancel()
+                await asyncio.gather(relaying, return_exceptions=True)
+            await ingress.background.close()
             await admitter.close()
 
-    ingress = IngressApp(config, admitter, now_ms)
-    return Starlette(routes=ingress.routes(), lifespan=lifespan)
+    app = Starlette(routes=ingress.routes(), lifespan=lifespan)
+    app.state.ingress = ingress
+    return app

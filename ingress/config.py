@@ -36,6 +36,35 @@ class IngressSettings(PolicyLocation):
     database_url: SecretStr = Field(validation_alias="DATABASE_URL")
     host: str = Field(default="127.0.0.1", validation_alias="CONNECTOR_PUSH_INGRESS_HOST")
     port: int = Field(default=8780, validation_alias="CONNECTOR_PUSH_INGRESS_PORT")
+    # Where processing workflows are started (ING-6). Unset: admissions still commit
+    # and answer, and a relay with a Temporal address starts their workflows later.
+    temporal_address: str | None = Field(default=None, validation_alias="TEMPORAL_ADDRESS")
+    temporal_namespace: str = Field(default="default", validation_alias="TEMPORAL_NAMESPACE")
+    temporal_api_key: SecretStr | None = Field(default=None, validation_alias="TEMPORAL_API_KEY")
+    temporal_tls: bool = Field(default=False, validation_alias="TEMPORAL_TLS")
+    task_queue: str = Field(default="connector-push", validation_alias="CONNECTOR_PUSH_TASK_QUEUE")
+
+    def temporal_target(self) -> TemporalTarget | None:
+        if self.temporal_address is None:
+            return None
+        return TemporalTarget(
+            address=self.temporal_address,
+            namespace=self.temporal_namespace,
+            task_queue=self.task_queue,
+            api_key=self.temporal_api_key,
+            tls=self.temporal_tls,
+        )
+
+
+@dataclass(frozen=True)
+class TemporalTarget:
+    """Where the ingress starts workflows; the client connects lazily (Temporal may be down)."""
+
+    address: str
+    namespace: str = "default"
+    task_queue: str = "connector-push"
+    api_key: SecretStr | None = None
+    tls: bool = False
 
 
 @dataclass(frozen=True)

@@ -19,5 +19,7 @@ def serve(config_path: Path | None = None) -> None:
         raise ConfigError("no ingress policy: pass --config or set CONNECTOR_PUSH_INGRESS_CONFIG")
     config = load_config(path)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    app = create_app(config, settings.database_url.get_secret_value())
+    app = create_app(
+        config, settings.database_url.get_secret_value(), temporal=settings.temporal_target()
+    )
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)

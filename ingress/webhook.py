@@ -19,7 +19,7 @@ from protocol.event_identity import (
     parse_exact_json,
     receipt_identity,
 )
-from protocol.ingress_policy import WebhookEndpoint
+from protocol.ingress_policy import InboundRoute, WebhookEndpoint
 
 
 @dataclass
@@ -50,6 +50,15 @@ def _attempt_text(endpoint: WebhookEndpoint, event: Mapping[str, object]) -> str
     return canonical_decimal(value) if isinstance(value, Decimal) else None
 
 
+def remote_object_id(route: InboundRoute, event: Mapping[str, object]) -> str | None:
+    """The remote object's id as the remote writes it (`1001`, not `1001.0`), or None."""
+    value = lookup(event, route.object_id_path)
+    if isinstance(value, Decimal) and value.is_finite():
+        integral = value == value.to_integral_value() and abs(value) < 10**30
+        return str(int(value)) if integral else format(value, "f")
+    return value if isinstance(value, str) and value else None
+
+
 def _add_event(
     plan: AdmissionPlan, endpoint: WebhookEndpoint, event: Mapping[str, object], request_id: str
 ) -> None:
@@ -61,9 +70,9 @@ def _add_event(
     event_type = lookup(event, endpoint.event_type_field)
     if not isinstance(event_type, str):
         raise Rejection(400, "missing_event_type")
-    handler = endpoint.routes.get(event_type)
+    route = endpoint.routes.get(event_type)
     payload = dump_exact_json(event)
-    routed_id = event_id if handler is not None else None
+    routed_id = event_id if route is not None else None
     plan.receipts.append(
         ReceiptRow(
             receipt_id,
@@ -75,9 +84,18 @@ def _add_event(
             payload,
         )
     )
-    if handler is not None:
+    if route is not None:
         plan.events.append(
-            EventRow(event_id, endpoint.name, event_type, handler.value, payload, receipt_id)
+            EventRow(
+                event_id,
+                endpoint.name,
+                event_type,
+                route.handler.value,
+                payload,
+                receipt_id,
+                route.target_object,
+                remote_object_id(route, event),
+            )
         )
     plan.correlations.append({"receiptId": receipt_id, "eventId": routed_id})
 

@@ -63,6 +63,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class InboundRoute(_Strict):
+    """What processing needs to know about a routed event, fixed at admission (ING-6).
+
+    A bare handler name is accepted as shorthand for a route with no target object.
+    """
+
+    handler: InboundHandler
+    # The links' `target_object` the remote object type corresponds to (e.g. `contacts`).
+    target_object: str | None = None
+    # Where the remote object id sits in the event.
+    object_id_path: Annotated[str, Field(min_length=1)] = "objectId"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: object) -> object:
+        return {"handler": value} if isinstance(value, str) else value
+
+
 class SignaturePolicy(_Strict):
     scheme: SignatureScheme = SignatureScheme.V3
     secret_env: Annotated[str, Field(pattern=_ENV_PATTERN)]
@@ -101,7 +119,7 @@ class WebhookEndpoint(_EndpointBase):
     identity: IdentityRule
     event_type_field: Annotated[str, Field(min_length=1)]
     # Exact event type -> handler. An unrouted event gets a receipt and no event.
-    routes: dict[str, InboundHandler] = Field(default_factory=dict)
+    routes: dict[str, InboundRoute] = Field(default_factory=dict)
     max_events: Annotated[int, Field(gt=0, le=1000)] = 100
 
 
@@ -109,6 +127,9 @@ class ActionRule(_Strict):
     policy: ActionPolicy
     # ISO-8601 duration returned with BLOCK and bounding every callback phase.
     block_expiration: str = "P7D"
+    # must_complete: the local work the execution enqueues; without a route it is
+    # skipped, so it completes FAIL_CONTINUE.
+    route: InboundRoute | None = None
 
     @field_validator("block_expiration")
     @classmethod
@@ -128,6 +149,17 @@ class WorkflowActionEndpoint(_EndpointBase):
     action_id_field: str = "origin.actionDefinitionId"
     # Exact action id -> policy; any other id fails closed.
     actions: dict[str, ActionRule] = Field(default_factory=dict)
+    # Completions of must-complete actions go to `callback_base_url` + the automation
+    # callback path, with the bearer token of `CONNECTOR_PUSH_CREDENTIAL_<REF>`.
+    callback_base_url: Annotated[str, Field(pattern=r"^https?://[^/?#]+(/[^?#]*)?$")] | None = None
+    callback_credential_ref: str | None = None
+
+    @model_validator(mode="after")
+    def _must_complete_needs_callback(self) -> Self:
+        blocking = any(a.policy is ActionPolicy.MUST_COMPLETE for a in self.actions.values())
+        if blocking and self.callback_base_url is None:
+            raise ValueError("must_complete actions need callback_base_url")
+        return self
 
 
 Endpoint = Annotated[WebhookEndpoint | WorkflowActionEndpoint, Field(discriminator="kind")]
@@ -167,6 +199,7 @@ __all__ = [
     "Endpoint",
     "EndpointMode",
     "InboundHandler",
+    "InboundRoute",
     "IngressPolicy",
     "LegacyIdentityRule",
     "Profile",

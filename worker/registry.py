@@ -8,16 +8,20 @@ from typing import Any
 import asyncpg
 import httpx
 
+from activities.action_callback import ActionCallbackActivities
 from activities.hooks import DispatchHooks
+from activities.inbound import InboundActivities
 from activities.link import LinkActivities
 from activities.relay import RelayActivities
+from workflows.action_callback import ActionCallbackWorkflow
+from workflows.inbound import InboundEventWorkflow
 from workflows.link import LinkWorkflow
 from workflows.relay import RelayWorkflow
 
 
 def workflow_classes() -> Sequence[type]:
     """Every workflow class the `connector-push` task queue serves."""
-    return [LinkWorkflow, RelayWorkflow]
+    return [LinkWorkflow, InboundEventWorkflow, ActionCallbackWorkflow, RelayWorkflow]
 
 
 def activity_callables(
@@ -25,8 +29,18 @@ def activity_callables(
 ) -> Sequence[Callable[..., Any]]:
     """Activity methods bound to the shared pool and HTTP client."""
     link = LinkActivities(pool, http, hooks)
+    inbound = InboundActivities(pool)
+    action = ActionCallbackActivities(pool, http)
     relay = RelayActivities(pool)
     return [
+        inbound.classify_event,
+        inbound.signal_remote_deleted,
+        inbound.settle_event,
+        action.load_execution,
+        action.enqueue,
+        action.observe,
+        action.deliver,
+        action.stop,
         link.dispatch_create,
         link.dispatch_patch,
         link.write_mirror,

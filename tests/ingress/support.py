@@ -15,7 +15,7 @@ import httpx
 import uvicorn
 import yaml
 
-from ingress.app import create_app, wall_clock_ms
+from ingress.app import IngressApp, create_app, wall_clock_ms
 from ingress.config import IngressConfig, parse_policy, resolve_secrets
 from ingress.signature import sign_v3
 
@@ -41,11 +41,25 @@ IDENTITY = {
 }
 
 
+# A must-complete action whose local work is the deletion of its object's links.
+ACTION_ROUTE = {
+    "handler": "remote_deletion",
+    "target_object": "contacts",
+    "object_id_path": "object.objectId",
+}
+
+
 def _signature(secret_env: str) -> dict[str, Any]:
     return {"scheme": "v3", "secret_env": secret_env, "public_base_url": PUBLIC_BASE}
 
 
-def policy_document(**overrides: Any) -> dict[str, Any]:
+# Where must-complete completions go unless a test points them at a live sandbox.
+UNUSED_CALLBACK_BASE = "http://127.0.0.1:9"
+
+
+def policy_document(
+    callback_base_url: str = UNUSED_CALLBACK_BASE, **overrides: Any
+) -> dict[str, Any]:
     webhook = {
         "name": "crm",
         "kind": "webhook",
@@ -55,7 +69,7 @@ def policy_document(**overrides: Any) -> dict[str, Any]:
         "event_type_field": "subscriptionType",
         "identity": IDENTITY,
         "routes": {
-            "contact.deletion": "remote_deletion",
+            "contact.deletion": {"handler": "remote_deletion", "target_object": "contacts"},
             "contact.propertyChange": "remote_property_change",
         },
     }
@@ -68,8 +82,9 @@ def policy_document(**overrides: Any) -> dict[str, Any]:
         "identity": {"kind": "legacy", "path": "callbackId"},
         "actions": {
             "11": {"policy": "best_effort"},
-            "22": {"policy": "must_complete", "block_expiration": "PT2H"},
+            "22": {"policy": "must_complete", "block_expiration": "PT2H", "route": ACTION_ROUTE},
         },
+        "callback_base_url": callback_base_url,
     }
     document: dict[str, Any] = {
         "profile": "development",
@@ -81,8 +96,8 @@ def policy_document(**overrides: Any) -> dict[str, Any]:
     return document
 
 
-def make_config(**overrides: Any) -> IngressConfig:
-    return config_from(policy_document(**overrides))
+def make_config(callback_base_url: str = UNUSED_CALLBACK_BASE, **overrides: Any) -> IngressConfig:
+    return config_from(policy_document(callback_base_url, **overrides))
 
 
 def config_from(document: dict[str, Any]) -> IngressConfig:
@@ -156,12 +171,15 @@ async def wait_until(predicate: Any, timeout_s: float = 10.0, what: str = "condi
 class Live:
     client: httpx.AsyncClient
     base_url: str
+    ingress: IngressApp
 
 
 @asynccontextmanager
-async def live_server(config: IngressConfig, database_url: str) -> AsyncIterator[Live]:
-    """A real uvicorn server on a real socket, in this event loop."""
-    app = create_app(config, database_url)
+async def live_server(
+    config: IngressConfig, database_url: str, **options: Any
+) -> AsyncIterator[Live]:
+    """A real uvicorn server on a real socket, in this event loop (`options`: `create_app`'s)."""
+    app = create_app(config, database_url, **options)
     sock = free_socket()
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
@@ -174,7 +192,7 @@ async def live_server(config: IngressConfig, database_url: str) -> AsyncIterator
         await wait_until(started, what="uvicorn start")
         base_url = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as client:
-            yield Live(client, base_url)
+            yield Live(client, base_url, app.state.ingress)
     finally:
         server.should_exit = True
         await task

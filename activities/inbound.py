@@ -1,0 +1,113 @@
+"""Activities of the InboundEventWorkflow (SPEC ING-6): read, plan, signal links, settle.
+
+Each is idempotent on the event id: planning reads only, a repeated link signal
+is absorbed by the LinkWorkflow's compare-and-set, and settling is a
+compare-and-set from `admitted` that reports the stored outcome when it lost.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+from asyncpg import Record
+from temporalio import activity
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+
+from db import inbound_queries as q
+from protocol.inbound import (
+    LINK_WORKFLOW,
+    REMOTE_DELETED_SIGNAL,
+    ClassifiedEvent,
+    EventIdInput,
+    EventStatus,
+    EventView,
+    InboundErrorType,
+    InboundEventResult,
+    SettleEventInput,
+    SignalLinksInput,
+    check_event_transition,
+    link_workflow_id,
+    plan_event,
+)
+from protocol.ingress_policy import InboundHandler
+from protocol.messages import LinkWorkflowInput, RemoteEvidence
+
+
+def event_view(row: Record) -> EventView:
+    return EventView(
+        event_id=row["event_id"],
+        handler=row["handler"],
+        status=EventStatus(row["status"]),
+        status_reason=row["status_reason"],
+        target_object=row["target_object"],
+        remote_object_id=row["remote_object_id"],
+    )
+
+
+def _unknown_event(event_id: str) -> ApplicationError:
+    return ApplicationError(
+        f"no connector_event {event_id}", type=InboundErrorType.UNKNOWN_EVENT, non_retryable=True
+    )
+
+
+class InboundActivities:
+    """Bound to the worker's pool; Temporal calls go through the activity's own client."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @activity.defn
+    async def classify_event(self, input: EventIdInput) -> ClassifiedEvent:
+        """The event and what its handler will do with it (reads only)."""
+        async with self._pool.acquire() as conn:
+            row = await q.select_event(conn, input.event_id)
+            if row is None:
+                raise _unknown_event(input.event_id)
+            event = event_view(row)
+            links: list[str] = []
+            if (
+                event.status is EventStatus.ADMITTED
+                and event.handler == InboundHandler.REMOTE_DELETION.value
+                and event.target_object is not None
+                and event.remote_object_id is not None
+            ):
+                links = await q.owning_links(conn, event.target_object, event.remote_object_id)
+        return ClassifiedEvent(event=event, plan=plan_event(event, links))
+
+    @activity.defn
+    async def signal_remote_deleted(self, input: SignalLinksInput) -> None:
+        """Signal-with-start `remote_deleted` on each owning link's workflow (WF-1 ids).
+
+        The link moves through its own workflow; a closed run is started fresh and
+        reloads from Postgres, a running one receives the signal.
+        """
+        client = activity.client()
+        evidence = RemoteEvidence(
+            event_id=input.event_id,
+            detail=f"{input.target_object} {input.remote_object_id} deleted remotely",
+        )
+        for link_key in input.link_keys:
+            await client.start_workflow(
+                LINK_WORKFLOW,
+                LinkWorkflowInput(link_key=link_key),
+                id=link_workflow_id(link_key),
+                task_queue=activity.info().task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                start_signal=REMOTE_DELETED_SIGNAL,
+                start_signal_args=[evidence],
+                static_summary=f"link {link_key}",
+            )
+
+    @activity.defn
+    async def settle_event(self, input: SettleEventInput) -> InboundEventResult:
+        """admitted -> processed | skipped | dead; a re-run returns the stored outcome."""
+        check_event_transition(EventStatus.ADMITTED, input.status)
+        async with self._pool.acquire() as conn:
+            await q.settle_event(conn, input.event_id, input.status.value, input.reason)
+            row = await q.select_event(conn, input.event_id)
+        if row is None:
+            raise _unknown_event(input.event_id)
+        event = event_view(row)
+        return InboundEventResult(
+            event_id=event.event_id, status=event.status, reason=event.status_reason
+        )

@@ -1,0 +1,175 @@
+"""Must-complete workflow actions after BLOCK (SPEC ING-7): phases, outcome, callback verdicts.
+
+Rules kept in this module:
+1. An execution moves `admitted -> enqueued -> observed -> delivered`, each
+   step persisted before the next starts, or to `stopped` (block expired, or the
+   callback was refused for good). `PHASE_TRANSITIONS` is the whole lifecycle.
+2. Only a `processed` event makes `SUCCESS` eligible; `skipped` and `dead`
+   complete with `FAIL_CONTINUE`. Enqueueing proves nothing about the outcome.
+3. `callback_verdict` is the one place a completion response is classified:
+   2xx and 409 are done, 429 / 5xx / no response are retried within the
+   phase's budget, 401 / 403 and every other status are terminal and need an
+   operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Final
+
+from protocol.inbound import EventStatus
+from protocol.messages import Message
+from protocol.states import ProtocolError
+
+ACTION_CALLBACK_WORKFLOW: Final = "ActionCallbackWorkflow"
+COMPLETE_PATH: Final = "/automation/v4/actions/callbacks/{callback_id}/complete"
+
+
+def action_workflow_id(callback_id: str) -> str:
+    """One callback workflow per callback id: a duplicate delivery finds the same run."""
+    return f"action/{callback_id}"
+
+
+class ActionPhase(StrEnum):
+    ADMITTED = "admitted"
+    ENQUEUED = "enqueued"
+    OBSERVED = "observed"
+    DELIVERED = "delivered"
+    STOPPED = "stopped"
+
+
+PHASE_TRANSITIONS: Final[Mapping[ActionPhase, frozenset[ActionPhase]]] = {
+    ActionPhase.ADMITTED: frozenset({ActionPhase.ENQUEUED, ActionPhase.STOPPED}),
+    ActionPhase.ENQUEUED: frozenset({ActionPhase.OBSERVED, ActionPhase.STOPPED}),
+    ActionPhase.OBSERVED: frozenset({ActionPhase.DELIVERED, ActionPhase.STOPPED}),
+    ActionPhase.DELIVERED: frozenset(),
+    ActionPhase.STOPPED: frozenset(),
+}
+
+
+def check_phase_transition(source: ActionPhase, target: ActionPhase) -> None:
+    if target not in PHASE_TRANSITIONS[source]:
+        raise ProtocolError(f"workflow_action_execution: illegal transition {source} -> {target}")
+
+
+class CompletionState(StrEnum):
+    SUCCESS = "SUCCESS"
+    FAIL_CONTINUE = "FAIL_CONTINUE"
+
+
+def completion_for(status: EventStatus) -> CompletionState:
+    """The completion an event outcome earns; an unsettled event earns none yet."""
+    match status:
+        case EventStatus.PROCESSED:
+            return CompletionState.SUCCESS
+        case EventStatus.SKIPPED | EventStatus.DEAD:
+            return CompletionState.FAIL_CONTINUE
+        case EventStatus.ADMITTED:
+            raise ProtocolError("an admitted event has no outcome yet")
+
+
+class CallbackVerdict(StrEnum):
+    DELIVERED = "delivered"
+    RETRY = "retry"
+    UNAUTHORIZED = "unauthorized"  # 401/403: the credential lacks the automation scope
+    REJECTED = "rejected"
+
+
+def callback_verdict(status: int | None) -> CallbackVerdict:
+    """Classify a completion response; `None` means no response arrived."""
+    if status is None or status == 429 or status >= 500:
+        return CallbackVerdict.RETRY
+    if 200 <= status < 300 or status == 409:  # 409: already completed (REMOTE-NOTES)
+        return CallbackVerdict.DELIVERED
+    if status in (401, 403):
+        return CallbackVerdict.UNAUTHORIZED
+    return CallbackVerdict.REJECTED
+
+
+class StopReason(StrEnum):
+    EXPIRED = "expired"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    CALLBACK_UNAUTHORIZED = "callback_unauthorized"
+    CALLBACK_REJECTED = "callback_rejected"
+
+
+class PhaseBudget(Message):
+    """How long and how often one phase may retry; always cut at the block expiration."""
+
+    max_duration: timedelta
+    max_attempts: int = 0  # 0: unlimited within `max_duration`
+    initial_interval: timedelta = timedelta(seconds=1)
+    maximum_interval: timedelta = timedelta(seconds=60)
+
+
+class CallbackBudgets(Message):
+    enqueue: PhaseBudget = PhaseBudget(max_duration=timedelta(hours=1), max_attempts=50)
+    observe: PhaseBudget = PhaseBudget(
+        max_duration=timedelta(days=7),
+        initial_interval=timedelta(milliseconds=500),
+        maximum_interval=timedelta(seconds=30),
+    )
+    deliver: PhaseBudget = PhaseBudget(max_duration=timedelta(days=7))
+
+
+def phase_timeout(budget: PhaseBudget, now: datetime, expires_at: datetime) -> timedelta | None:
+    """The phase's schedule-to-close timeout, or None when the block has already expired."""
+    remaining = expires_at - now
+    if remaining <= timedelta(0):
+        return None
+    return min(budget.max_duration, remaining)
+
+
+# -- workflow and activity messages (STYLE rule 4) ------------------------------
+
+
+class CallbackTarget(Message):
+    """Where completions go: the remote's base URL and the credential reference to send."""
+
+    base_url: str
+    credential_ref: str | None = None
+
+
+class ActionCallbackInput(Message):
+    execution_id: str
+    callback_id: str
+    target: CallbackTarget
+    budgets: CallbackBudgets = CallbackBudgets()
+
+
+class ExecutionView(Message):
+    execution_id: str
+    callback_id: str
+    phase: ActionPhase
+    expires_at: datetime
+    event_id: str | None = None
+    outcome: CompletionState | None = None
+    callback_status: int | None = None
+    stop_reason: str | None = None
+
+
+class ActionCallbackResult(Message):
+    execution_id: str
+    phase: ActionPhase
+    outcome: CompletionState | None = None
+    callback_status: int | None = None
+    stop_reason: str | None = None
+    needs_operator: bool = False
+
+
+class ExecutionIdInput(Message):
+    execution_id: str
+
+
+class DeliverInput(Message):
+    execution_id: str
+    callback_id: str
+    target: CallbackTarget
+    outcome: CompletionState
+
+
+class StopInput(Message):
+    execution_id: str
+    reason: StopReason
