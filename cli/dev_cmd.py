@@ -13,14 +13,17 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
 
 import asyncpg
+import httpx
 import typer
 from rich.console import Console
 
 from cli.demo_data import load_demo
 from cli.errors import fail
-from cli.stack.devconfig import DevConfig, load_dev_config
+from cli.stack.devconfig import DEFAULT_PATH, DevConfig, load_dev_config
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import StackError
 from cli.stack.supervisor import Supervisor
@@ -55,6 +58,13 @@ async def _ensure_database(server: EmbeddedPostgres, name: str) -> None:
         await conn.close()
 
 
+async def _answers(http: httpx.AsyncClient, url: str) -> bool:
+    try:
+        return (await http.get(url)).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 class DevStack:
     """Starts and stops the services in dependency order."""
 
@@ -62,7 +72,7 @@ class DevStack:
         self.config = config
         self.postgres: EmbeddedPostgres | None = None
         self.temporal: TemporalDevServer | None = None
-        self.children = Supervisor(config.resolve(".dev-data/logs"))
+        self.children = Supervisor(config.logs_dir)
 
     async def start_postgres(self) -> str:
         if url := os.environ.get("DATABASE_URL"):
@@ -80,9 +90,9 @@ class DevStack:
         self.temporal = TemporalDevServer(
             config=cfg,
             db_file=self.config.resolve(cfg.db_file),
-            log_path=self.config.resolve(".dev-data/logs/temporal.log"),
+            log_path=self.config.logs_dir / "temporal.log",
         )
-        self.config.resolve(".dev-data/logs").mkdir(parents=True, exist_ok=True)
+        self.config.logs_dir.mkdir(parents=True, exist_ok=True)
         self.temporal.start()
         await self.temporal.wait_ready()
         return self.temporal.address, self.temporal.ui_url
@@ -101,7 +111,28 @@ class DevStack:
         for loader in DEMO_LOADERS:
             for line in await loader(database_url, self.config):
                 console.print(line)
+        await self._wait_children_ready()
         return Endpoints(database_url, address, ui)
+
+    async def _wait_children_ready(self, timeout_s: float = 60.0) -> None:
+        """The stack is up only when every service answers (not when it was spawned)."""
+        sandbox, ingress = self.config.sandbox, self.config.ingress
+        probes = {
+            "sandbox": f"http://{sandbox.host}:{sandbox.port}/_sandbox/health",
+            "ingress": f"http://{ingress.host}:{ingress.port}/healthz",
+        }
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            for name, url in probes.items():
+                while not await _answers(http, url):
+                    if exited := self.children.first_exited():
+                        raise StackError(
+                            f"{exited.name} exited ({exited.process.returncode}); "
+                            f"see {self.children.log_dir / (exited.name + '.log')}"
+                        )
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise StackError(f"{name} did not answer {url} within {timeout_s:.0f}s")
+                    await asyncio.sleep(0.1)
 
     def _start_children(self, env: dict[str, str]) -> None:
         sandbox = self.config.sandbox
@@ -146,13 +177,13 @@ def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
     console.print(f"  Postgres          {endpoints.database_url}")
     console.print(f"  Sandbox remote    http://{config.sandbox.host}:{config.sandbox.port}")
     console.print(f"  Ingress           http://{config.ingress.host}:{config.ingress.port}")
-    console.print(f"  Logs              {config.resolve('.dev-data/logs')}")
+    console.print(f"  Logs              {config.logs_dir}")
     console.print("\nTry next (in another shell, with `source .venv/bin/activate`):")
     console.print(f"  export DATABASE_URL={endpoints.database_url}")
     console.print(f"  export TEMPORAL_ADDRESS={endpoints.temporal_address}")
     console.print("  connector-push pack show")
     console.print(f"  curl -s http://{config.sandbox.host}:{config.sandbox.port}/_sandbox/ledger")
-    console.print("\nCtrl-C stops everything; data stays in .dev-data/ for the next run.")
+    console.print(f"\nCtrl-C stops everything; data stays in {config.data_dir} for the next run.")
 
 
 async def _watch(stack: DevStack) -> None:
@@ -182,9 +213,13 @@ async def _run(config: DevConfig) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("dev")
-    def dev_command() -> None:
+    def dev_command(
+        config: Annotated[
+            Path, typer.Option("--config", help="local stack settings", exists=True, dir_okay=False)
+        ] = DEFAULT_PATH,
+    ) -> None:
         """Run the local stack: Postgres, Temporal + UI, worker, ingress, sandbox, demo pack."""
         try:
-            asyncio.run(_run(load_dev_config()))
+            asyncio.run(_run(load_dev_config(config)))
         except StackError as exc:
             fail(str(exc))

@@ -51,11 +51,16 @@ class ServiceDevConfig(_Strict):
 
 
 class DevConfig(_Strict):
+    data_dir: str = ".dev-data"
     temporal: TemporalDevConfig
     postgres: PostgresDevConfig
     task_queue: str
     ingress: ServiceDevConfig
     sandbox: ServiceDevConfig
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.resolve(self.data_dir) / "logs"
 
     def resolve(self, relative: str) -> Path:
         """A path from the file, taken relative to the repository root."""
