@@ -10,11 +10,14 @@ second create: the claim writes a fresh fencing token, and the checkpoint
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
 import asyncpg
 import httpx
+from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -84,6 +87,9 @@ class _Lookup:
 _Plan = StepResult | _Send | _Lookup | ApplicationError
 
 
+_tracer = trace.get_tracer(__name__)
+
+
 def _fail(kind: E, message: str, view: LinkView) -> ApplicationError:
     """A non-retryable error carrying the durable view the workflow publishes (§5.4)."""
     return ApplicationError(
@@ -101,6 +107,14 @@ class LinkActivities:
         self._http = http
         self._hooks = hooks or DispatchHooks()
 
+    @asynccontextmanager
+    async def _tx(self, key: str) -> AsyncIterator[Conn]:
+        """One Postgres transaction of this activity, traced with the link key (NF-1)."""
+        name = activity.info().activity_type if activity.in_activity() else "transaction"
+        with _tracer.start_as_current_span(f"postgres {name}", attributes={"link_key": key}):
+            async with self._pool.acquire() as conn, conn.transaction():
+                yield conn
+
     # -- dispatch ---------------------------------------------------------------
 
     @activity.defn
@@ -116,7 +130,7 @@ class LinkActivities:
         return await self._send(input.link_key, plan)
 
     async def _plan(self, key: str) -> _Plan:
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._tx(key) as conn:
             await q.lock_link_key(conn, key)
             attempt = await q.occupying_attempt(conn, key)
             if attempt is None:
@@ -326,7 +340,7 @@ class LinkActivities:
         status: int | None,
         remote_id: str | None = None,
     ) -> StepResult:
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._tx(key) as conn:
             moved = await q.move_attempt(
                 conn,
                 plan.attempt_id,
@@ -376,7 +390,7 @@ class LinkActivities:
     async def dispatch_patch(self, input: DispatchInput) -> StepResult:
         """Claim the queued PATCH, gate it, send it to the link's remote id, record the outcome."""
         key = input.link_key
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._tx(key) as conn:
             await q.lock_link_key(conn, key)
             plan = await plan_patch(conn, key)
             if plan is None:
@@ -391,7 +405,7 @@ class LinkActivities:
             self._http, "PATCH", plan.link.profile, plan.path, plan.headers, plan.body,
             previously_started=plan.checkpointed,
         )  # fmt: skip
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._tx(key) as conn:
             await q.lock_link_key(conn, key)
             if obs.transport is Transport.NOT_SENT:
                 await pq.clear_patch_checkpoint(conn, plan.patch_id, plan.token)
@@ -403,7 +417,7 @@ class LinkActivities:
     async def apply_remote_evidence(self, input: EvidenceInput) -> StepResult:
         """ING-6: the remote deleted the linked object: suspend the link, never re-create."""
         ev = input.evidence
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._tx(input.link_key) as conn:
             await q.lock_link_key(conn, input.link_key)
             detail = f"event {ev.event_id}: {ev.detail or ev.reason}"
             evidence = [{"surface": "remote", "disposition": "fail_closed", "detail": detail}]
@@ -414,7 +428,7 @@ class LinkActivities:
     @activity.defn
     async def park_exhausted(self, input: ParkInput) -> StepResult:
         """REC-3: retries ran out; park what is in flight durably, never delete it."""
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._tx(input.link_key) as conn:
             await q.lock_link_key(conn, input.link_key)
             await park_in_flight(conn, input.link_key, input.error)
             return await self._settled(conn, input.link_key)
@@ -425,7 +439,7 @@ class LinkActivities:
     async def write_mirror(self, input: MirrorInput) -> StepResult:
         """Retry the compatibility mirror only; never re-POST (POST-3)."""
         give_up = activity.info().attempt >= MIRROR_ATTEMPTS
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._tx(input.link_key) as conn:
             await q.lock_link_key(conn, input.link_key)
             kind = await write_mirror_now(conn, input.attempt_id, give_up=give_up)
             view = await self._view(conn, input.link_key)
@@ -438,7 +452,7 @@ class LinkActivities:
     @activity.defn
     async def apply_operator_action(self, input: OperatorActionInput) -> OperatorResult:
         """Apply one operator update under the link lock, re-checking it against Postgres."""
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._tx(input.link_key) as conn:
             await q.lock_link_key(conn, input.link_key)
             message = await apply_operator_action(conn, input, self._view)
             return OperatorResult(

@@ -11,11 +11,14 @@ import re
 from collections.abc import Mapping
 
 import httpx
+from opentelemetry import trace
 from pydantic import JsonValue
 
 from protocol.outcome import Observation, Transport
 from protocol.request import wire_body
 from protocol.snapshots import ProfileSnapshot
+
+_tracer = trace.get_tracer(__name__)
 
 # Failures where the request provably never left this process.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
@@ -56,26 +59,17 @@ async def send(
     if body is not None:
         content = wire_body(body)
         all_headers["Content-Type"] = "application/json"
-    try:
-        response = await http.request(
-            method, profile.base_url + relative_path, headers=all_headers, content=content
-        )
-    except _NOT_SENT:
-        return Observation(
-            transport=Transport.NOT_SENT, remote_io_previously_started=previously_started
-        )
-    except _TIMEOUT:
-        return Observation(
-            transport=Transport.TIMEOUT, remote_io_previously_started=previously_started
-        )
-    except _RESET:
-        return Observation(
-            transport=Transport.RESET_AFTER_SEND, remote_io_previously_started=previously_started
-        )
-    except httpx.TransportError:
-        return Observation(
-            transport=Transport.ERROR_AFTER_SEND, remote_io_previously_started=previously_started
-        )
+    attributes = {"http.method": method, "url.path": relative_path}
+    with _tracer.start_as_current_span(f"remote {method}", attributes=attributes) as span:
+        try:
+            response = await http.request(
+                method, profile.base_url + relative_path, headers=all_headers, content=content
+            )
+        except httpx.TransportError as error:
+            transport = _classify(error)
+            span.set_attribute("connector.transport", transport.value)
+            return Observation(transport=transport, remote_io_previously_started=previously_started)
+        span.set_attribute("http.status_code", response.status_code)
     return Observation(
         transport=Transport.RESPONSE,
         status=response.status_code,

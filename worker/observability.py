@@ -31,6 +31,7 @@ _SECRET_PATTERNS: Final = (
         r"[^\s\"',]+",
         re.IGNORECASE,
     ),
+    re.compile(r"(?P<keep>\b(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE),
 )
 
 
