@@ -25,13 +25,13 @@ CONTEXT_KEYS: Final = ("link_key", "attempt_id", "workflow_id", "patch_id", "eve
 
 # Credentials inside URLs and common secret-bearing assignments are masked in any line.
 _SECRET_PATTERNS: Final = (
+    re.compile(r"(?P<keep>\b(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE),
     re.compile(r"(?P<keep>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+(?=@)", re.IGNORECASE),
     re.compile(
         r"(?P<keep>(?:password|secret|token|api[_-]?key|authorization)[\"']?\s*[:=]\s*[\"']?)"
         r"[^\s\"',]+",
         re.IGNORECASE,
     ),
-    re.compile(r"(?P<keep>\b(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE),
 )
 
 
