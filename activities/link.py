@@ -9,6 +9,7 @@ second create: the claim writes a fresh fencing token, and the checkpoint
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -88,6 +89,7 @@ _Plan = StepResult | _Send | _Lookup | ApplicationError
 
 
 _tracer = trace.get_tracer(__name__)
+log = logging.getLogger(__name__)
 
 
 def _fail(kind: E, message: str, view: LinkView) -> ApplicationError:
@@ -317,6 +319,11 @@ class LinkActivities:
                     )
                     view = await self._view(conn, key)
                     waiting = await self._dependants(conn, key)
+                    log.info(
+                        "create finalized with remote id %s",
+                        remote_id,
+                        extra={"link_key": key, "attempt_id": plan.attempt_id},
+                    )
                     return StepResult(kind=kind, view=view, dependants=waiting)
             except RemoteLocatorClaimedError:
                 pass  # ID-4: another link owns this remote object; park, never PATCH two links
@@ -353,6 +360,13 @@ class LinkActivities:
             view = await self._view(conn, key)
         if not moved:
             raise _fail(E.TRANSITION_CONFLICT, "attempt moved under this claim", view)
+        log.warning(
+            "attempt parked %s (%s): %s",
+            target,
+            kind.value,
+            message,
+            extra={"link_key": key, "attempt_id": plan.attempt_id},
+        )
         raise _fail(kind, message, view)
 
     async def _clear_checkpoint(self, plan: _Send) -> None:
@@ -402,9 +416,14 @@ class LinkActivities:
                                 await self._view(conn, key))  # fmt: skip
         activity.heartbeat()
         obs = await remote.send(
-            self._http, "PATCH", plan.link.profile, plan.path, plan.headers, plan.body,
+            self._http,
+            "PATCH",
+            plan.link.profile,
+            plan.path,
+            plan.headers,
+            plan.body,
             previously_started=plan.checkpointed,
-        )  # fmt: skip
+        )
         async with self._tx(key) as conn:
             await q.lock_link_key(conn, key)
             if obs.transport is Transport.NOT_SENT:
