@@ -19,6 +19,7 @@ from db.ingress_queries import (
     select_one,
 )
 from ingress.errors import DropReason, Unavailable
+from ingress.group_commit import GroupCommitter
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,14 @@ def _unavailable(exc: Exception) -> Unavailable:
 class Admitter:
     """Commits receipts and events over a pool it opens and closes (the app's lifespan)."""
 
-    def __init__(self, database_url: str, pool_max_size: int = 20) -> None:
+    def __init__(
+        self, database_url: str, pool_max_size: int = 20, *, group_commit: bool = True
+    ) -> None:
         self._database_url = database_url
         self._pool_max_size = pool_max_size
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        # Webhook admissions share transactions under load (see ingress/group_commit.py).
+        self._group = GroupCommitter(lambda: self.pool) if group_commit else None
 
     async def open(self) -> None:
         # min_size=0: no connection at start, so the process comes up (and answers
@@ -47,8 +52,12 @@ class Admitter:
         self._pool = await asyncpg.create_pool(
             self._database_url, min_size=0, max_size=self._pool_max_size, timeout=2.0
         )
+        if self._group is not None:
+            self._group.start()
 
     async def close(self) -> None:
+        if self._group is not None:
+            await self._group.close()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -64,6 +73,8 @@ class Admitter:
     ) -> list[str]:
         """Commit, in one transaction, new events and every receipt; returns new event ids."""
         try:
+            if self._group is not None:
+                return await self._group.admit(events, receipts)
             async with self.pool.acquire() as conn, conn.transaction():
                 new_ids = await insert_events(conn, events)
                 await insert_receipts(conn, receipts)
@@ -72,6 +83,11 @@ class Admitter:
         except Exception as exc:
             raise _unavailable(exc) from None
         return new_ids
+
+    @property
+    def group_commits(self) -> int | None:
+        """Transactions the group committer has committed (None when it is off)."""
+        return self._group.commits if self._group is not None else None
 
     async def admit_action(
         self, receipt: ReceiptRow, execution: ActionExecutionRow

@@ -1,0 +1,359 @@
+"""Benchmark P3 (issue 7): signed, verified, committed webhook admissions per second,
+as a fraction of pgbench's single-row INSERT TPS on the same Postgres at the same
+concurrency, measured in one run; then p50/p99 latency at half the admission rate.
+
+The ingress runs as its own process (`python -m ingress`), exactly as served, with
+no Temporal configured (admission is what is measured). Postgres is embedded and
+durable (fsync on) unless `DATABASE_URL` names a server to use. Results are merged
+into `bench/results/latest.json` (other benchmarks write their own keys there).
+
+    python -m bench.ingress_bench [--concurrency 10] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Final
+
+import asyncpg
+import httpx
+import yaml
+
+from cli.stack.postgres import EmbeddedPostgres, free_port, postgres_bin_dir
+from db.migrate import apply_migrations
+from ingress.app import wall_clock_ms
+from ingress.signature import sign_v3
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+RESULTS: Final = ROOT / "bench" / "results" / "latest.json"
+SECRET: Final = "bench-webhook-secret"
+PUBLIC_BASE: Final = "http://127.0.0.1"
+PATH: Final = "/webhooks/bench"
+INSERT_SCRIPT: Final = "INSERT INTO bench_single_row (payload) VALUES ('x');\n"
+IDENTITY: Final = {
+    "kind": "composite",
+    "fields": [
+        {"path": "appId", "type": "number"},
+        {"path": "portalId", "type": "number"},
+        {"path": "subscriptionId", "type": "number"},
+        {"path": "eventId", "type": "number"},
+        {"path": "occurredAt", "type": "number"},
+        {"path": "subscriptionType", "type": "string"},
+        {"path": "objectId", "type": "number"},
+        {"path": "propertyName", "type": "string", "optional": True},
+        {"path": "propertyValue", "type": "string", "optional": True},
+    ],
+    "attempt_path": "attemptNumber",
+}
+
+
+def _policy() -> dict[str, object]:
+    return {
+        "profile": "production",
+        "ack_drop_endpoints": [],
+        "endpoints": [
+            {
+                "name": "bench",
+                "kind": "webhook",
+                "path": PATH,
+                "signature": {
+                    "scheme": "v3",
+                    "secret_env": "BENCH_WEBHOOK_SECRET",
+                    "public_base_url": PUBLIC_BASE,
+                },
+                "event_type_field": "subscriptionType",
+                "identity": IDENTITY,
+                "routes": {"contact.propertyChange": "remote_property_change"},
+            }
+        ],
+    }
+
+
+# -- Postgres ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[tuple[str, str, int]]:
+    """(admin DSN, host, port): `DATABASE_URL`'s server, else a durable embedded one."""
+    if url := os.environ.get("DATABASE_URL"):
+        parts = httpx.URL(url)
+        yield url, parts.host, parts.port or 5432
+        return
+    root = Path(tempfile.mkdtemp(prefix="cp-bench-pg-"))
+    server = EmbeddedPostgres(root / "data", "127.0.0.1", free_port("127.0.0.1"), durable=True)
+    try:
+        server.start()
+        yield server.dsn("postgres"), server.host, server.port
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def prepare_database(admin_dsn: str) -> str:
+    """A fresh, migrated database with the pgbench table; returns its DSN."""
+    name = f"cp_bench_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    dsn = str(httpx.URL(admin_dsn).copy_with(path=f"/{name}"))
+    await apply_migrations(dsn)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "CREATE TABLE bench_single_row (id bigserial PRIMARY KEY, payload text NOT NULL)"
+        )
+    finally:
+        await conn.close()
+    return dsn
+
+
+def pgbench_tps(dsn: str, concurrency: int, seconds: float) -> float:
+    """pgbench's single-row INSERT TPS at `concurrency` clients (prepared statements)."""
+    url = httpx.URL(dsn)
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
+        script.write(INSERT_SCRIPT)
+    try:
+        result = subprocess.run(
+            [
+                str(postgres_bin_dir() / "pgbench"),
+                *("-n", "-M", "prepared", "-c", str(concurrency), "-j", "2"),
+                *("-T", str(max(1, round(seconds))), "-f", script.name),
+                *("-h", url.host, "-p", str(url.port), "-U", url.username or "postgres"),
+                url.path.lstrip("/"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=seconds + 120,
+        )
+    finally:
+        Path(script.name).unlink()
+    match = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", result.stdout)
+    if match is None:
+        raise RuntimeError(f"unexpected pgbench output: {result.stdout}")
+    return float(match.group(1))
+
+
+# -- the ingress under test --------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def ingress_process(dsn: str) -> AsyncIterator[int]:
+    """`python -m ingress` on a free port; yields the port once /readyz answers."""
+    workdir = Path(tempfile.mkdtemp(prefix="cp-bench-ingress-"))
+    policy = workdir / "policy.yaml"
+    policy.write_text(yaml.safe_dump(_policy()))
+    port = free_port("127.0.0.1")
+    env = {
+        **os.environ,
+        "DATABASE_URL": dsn,
+        "BENCH_WEBHOOK_SECRET": SECRET,
+        "CONNECTOR_PUSH_INGRESS_PORT": str(port),
+    }
+    env.pop("TEMPORAL_ADDRESS", None)
+    log = (workdir / "ingress.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ingress", str(policy)], env=env, cwd=ROOT, stdout=log, stderr=log
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        await _wait_healthy(base_url, process)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _wait_healthy(base_url: str, process: subprocess.Popen[bytes]) -> None:
+    async with httpx.AsyncClient(base_url=base_url) as client, asyncio.timeout(30):
+        while process.poll() is None:
+            with contextlib.suppress(httpx.TransportError):
+                if (await client.get("/readyz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"ingress exited early ({process.returncode})")
+
+
+# -- load ------------------------------------------------------------------------
+
+
+def _delivery(n: int) -> bytes:
+    """A fresh single-event HubSpot-shaped delivery (a new business identity each time)."""
+    event = {
+        "appId": 7,
+        "portalId": 42,
+        "subscriptionId": 9,
+        "eventId": n,
+        "occurredAt": wall_clock_ms(),
+        "subscriptionType": "contact.propertyChange",
+        "objectId": 1000 + n,
+        "propertyName": "email",
+        "propertyValue": f"user{n}@example.test",
+        "changeSource": "CRM",
+        "attemptNumber": 0,
+    }
+    return json.dumps([event]).encode()
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection. A minimal client on purpose: a general one
+    (httpx) costs more CPU per request than the ingress does, and the generator shares
+    the machine with the ingress and Postgres."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader, self._writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def post(self, path: str, headers: dict[str, str], body: bytes) -> int:
+        lines = [f"POST {path} HTTP/1.1", "host: 127.0.0.1", f"content-length: {len(body)}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        self._writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        head = await self._reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+        if length is not None:
+            await self._reader.readexactly(int(length.group(1)))
+        return status
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class Sender:
+    """Signs and sends one fresh delivery per call; anything but 202 aborts the run."""
+
+    def __init__(self) -> None:
+        self._next = 0
+        self.admitted = 0
+
+    async def send(self, connection: Connection) -> None:
+        self._next += 1
+        body = _delivery(self._next)
+        timestamp = wall_clock_ms()
+        headers = {
+            "content-type": "application/json",
+            "x-hubspot-signature-v3": sign_v3(SECRET, "POST", PUBLIC_BASE + PATH, body, timestamp),
+            "x-hubspot-request-timestamp": str(timestamp),
+        }
+        status = await connection.post(PATH, headers, body)
+        if status != 202:
+            raise RuntimeError(f"admission answered {status}")
+        self.admitted += 1
+
+
+async def saturate(sender: Sender, connections: list[Connection], seconds: float) -> float:
+    """Closed loop, one request in flight per connection; returns admissions per second."""
+    stop_at = time.perf_counter() + seconds
+
+    async def worker(connection: Connection) -> None:
+        while time.perf_counter() < stop_at:
+            await sender.send(connection)
+
+    before, started = sender.admitted, time.perf_counter()
+    await asyncio.gather(*(worker(c) for c in connections))
+    return (sender.admitted - before) / (time.perf_counter() - started)
+
+
+async def paced(
+    sender: Sender, connections: list[Connection], rate: float, seconds: float
+) -> list[float]:
+    """Open loop at `rate` per second; latencies (ms) from each request's scheduled time,
+    so a generator falling behind shows up as latency rather than hiding it."""
+    interval = 1.0 / rate
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    latencies: list[float] = []
+    queue: asyncio.Queue[float] = asyncio.Queue()
+    for i in range(total):
+        queue.put_nowait(start + i * interval)
+
+    async def worker(connection: Connection) -> None:
+        while not queue.empty():
+            scheduled = queue.get_nowait()
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await sender.send(connection)
+            latencies.append((time.perf_counter() - scheduled) * 1000)
+
+    await asyncio.gather(*(worker(c) for c in connections))
+    return latencies
+
+
+# -- the run ---------------------------------------------------------------------
+
+
+def record(figures: dict[str, float], path: Path = RESULTS) -> None:
+    """Read-modify-write: keep every key another benchmark wrote."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    current = json.loads(path.read_text()) if path.exists() else {}
+    current.update(figures)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+    temporary.replace(path)
+
+
+async def run_ingress_bench(concurrency: int = 10, seconds: float = 10.0) -> dict[str, float]:
+    """Measure P3 and its latencies, write them to `bench/results/latest.json`, return them.
+
+    The default concurrency is the remote's default `maxConcurrentRequests` per account.
+    """
+    with postgres_server() as (admin_dsn, _, _):
+        dsn = await prepare_database(admin_dsn)
+        baseline = await asyncio.to_thread(pgbench_tps, dsn, concurrency, seconds)
+        async with ingress_process(dsn) as port:
+            connections = [await Connection.open(port) for _ in range(concurrency)]
+            sender = Sender()
+            try:
+                await saturate(sender, connections, min(2.0, seconds))  # warm-up
+                admissions = await saturate(sender, connections, seconds)
+                latencies = await paced(sender, connections, admissions / 2, seconds)
+            finally:
+                for connection in connections:
+                    connection.close()
+    quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
+    figures = {
+        "P3": round(admissions / baseline, 3),
+        "P3_p50_ms": round(quantiles[49], 2),
+        "P3_p99_ms": round(quantiles[98], 2),
+    }
+    print(
+        f"P3 ingress admissions {admissions:.0f}/s vs pgbench single-row INSERT "
+        f"{baseline:.0f} TPS at concurrency {concurrency}: {figures['P3']}x (target >= 0.25x); "
+        f"at {admissions / 2:.0f}/s p50 {figures['P3_p50_ms']} ms, p99 {figures['P3_p99_ms']} ms"
+    )
+    record(figures)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    asyncio.run(run_ingress_bench(args.concurrency, args.seconds))
+
+
+if __name__ == "__main__":
+    main()

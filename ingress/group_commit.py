@@ -1,0 +1,137 @@
+"""Group commit (ING-1 at throughput): concurrent admissions share one transaction.
+
+A request's rows join a queue; a committer takes everything queued when it is
+free (no timer: batches form only under load, so an idle ingress adds no
+latency), inserts it in one transaction and resolves each request only after
+that COMMIT returned. A request whose deadline passed before the commit is
+withdrawn: the committer notices before committing, rolls back, and commits the
+rest without it, so a 503 never leaves its rows behind (the same race as a
+single-request commit remains: a deadline firing *during* COMMIT answers 503 for
+rows that are stored, which the sender's retry then finds by identity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import asyncpg
+
+from db.ingress_queries import EventRow, ReceiptRow, insert_events, insert_receipts
+
+MAX_BATCH: Final = 64
+COMMITTERS: Final = 2
+
+
+@dataclass
+class _Pending:
+    events: Sequence[EventRow]
+    receipts: Sequence[ReceiptRow]
+    done: asyncio.Future[list[str]]
+
+
+def _split_new_ids(batch: Sequence[_Pending], new_ids: Sequence[str]) -> list[list[str]]:
+    """Each request's newly created event ids; an id in two requests counts for the first."""
+    remaining = set(new_ids)
+    split = []
+    for pending in batch:
+        mine = [e.event_id for e in pending.events if e.event_id in remaining]
+        remaining.difference_update(mine)
+        split.append(mine)
+    return split
+
+
+class GroupCommitter:
+    """Owns its committer tasks; `start` in the app's lifespan, `close` at shutdown."""
+
+    def __init__(
+        self,
+        pool: Callable[[], asyncpg.Pool],
+        max_batch: int = MAX_BATCH,
+        committers: int = COMMITTERS,
+    ) -> None:
+        self._pool = pool
+        self._max_batch = max_batch
+        self._committers = committers
+        self._queue: deque[_Pending] = deque()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.commits = 0  # transactions committed (observability and tests)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._run()) for _ in range(self._committers)]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._queue:
+            self._queue.popleft().done.cancel()
+
+    async def admit(self, events: Sequence[EventRow], receipts: Sequence[ReceiptRow]) -> list[str]:
+        """Returns this request's new event ids once they are committed; raises what the
+        commit raised. Cancelling the caller withdraws the rows if not yet committed."""
+        done: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(events, receipts, done))
+        self._wake.set()
+        return await done
+
+    def _take(self) -> list[_Pending]:
+        batch: list[_Pending] = []
+        while self._queue and len(batch) < self._max_batch:
+            pending = self._queue.popleft()
+            if not pending.done.done():  # a withdrawn request is dropped here
+                batch.append(pending)
+        return batch
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+            batch = self._take()
+            if batch:
+                await self._commit(batch)
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        try:
+            async with self._pool().acquire() as conn:
+                while batch:
+                    new_ids = await self._try_commit(conn, batch)
+                    if new_ids is not None:
+                        break
+                    batch = [p for p in batch if not p.done.done()]
+        except asyncio.CancelledError:  # shutting down: nothing of this batch committed
+            for pending in batch:
+                pending.done.cancel()
+            raise
+        except Exception as exc:
+            for pending in batch:
+                if not pending.done.done():
+                    pending.done.set_exception(exc)
+            return
+        for pending, mine in zip(batch, _split_new_ids(batch, new_ids or []), strict=True):
+            if not pending.done.done():
+                pending.done.set_result(mine)
+
+    async def _try_commit(
+        self, conn: asyncpg.pool.PoolConnectionProxy[asyncpg.Record], batch: list[_Pending]
+    ) -> list[str] | None:
+        """Insert and commit the batch; None (rolled back) if a request withdrew meanwhile."""
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            new_ids = await insert_events(conn, [e for p in batch for e in p.events])
+            await insert_receipts(conn, [r for p in batch for r in p.receipts])
+        except BaseException:
+            await transaction.rollback()
+            raise
+        if any(p.done.done() for p in batch):
+            await transaction.rollback()
+            return None
+        await transaction.commit()
+        self.commits += 1
+        return new_ids
