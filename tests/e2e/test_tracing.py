@@ -62,7 +62,9 @@ async def test_a_create_is_traced_end_to_end(
         )
         await traced.get_workflow_handle(f"link/{key}").terminate("test finished")
     names = {span.name for span in spans.get_finished_spans()}
-    assert {"RunActivity:dispatch_create", "postgres dispatch_create", "remote POST"} <= names, names
+    assert {"RunActivity:dispatch_create", "postgres dispatch_create", "remote POST"} <= names, (
+        names
+    )
     assert any(n.startswith(("StartWorkflow", "SignalWithStartWorkflow")) for n in names)
     [post] = [s for s in spans.get_finished_spans() if s.name == "remote POST"]
     assert post.attributes is not None and post.attributes["http.status_code"] == 201
