@@ -99,7 +99,14 @@ def test_fuzzed_requests_never_5xx_and_rejections_write_nothing(db_dsn: str) -> 
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
         statuses: set[int] = set()
 
-        @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+        # derandomize: the same examples every run, so the coverage check below cannot flake.
+        @settings(
+            max_examples=200,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            database=None,
+        )
         @given(requests())
         def check(request: tuple[str, bytes, dict[str, str]]) -> None:
             path, body, headers = request
