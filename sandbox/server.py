@@ -34,6 +34,8 @@ def build_server(
         host=host,
         port=port,
         http=tracking_protocol(connections),
+        # Plain asyncio: reset faults abort the transport's real socket (SO_LINGER 0).
+        loop="asyncio",
         lifespan="off",
         # The client address keys the connection registry: never rewrite it from headers.
         proxy_headers=False,
