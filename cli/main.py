@@ -21,6 +21,7 @@ def _register_all() -> None:
     # Each command module exposes `register(app)`; imported here so `--help` stays fast
     # to extend and no module does work at import time.
     from cli import (
+        backfill_cmd,
         dev_cmd,
         ingress_cmd,
         link_cmds,
@@ -29,6 +30,7 @@ def _register_all() -> None:
         operator_cmds,
         pack_cmd,
         records_cmd,
+        revalidate_cmd,
         sandbox_cmd,
         worker_cmd,
     )
@@ -44,6 +46,7 @@ def _register_all() -> None:
         link_key,
         link_cmds,
         operator_cmds,
+        revalidate_cmd,
     ):
         module.register(app)
 

@@ -1,0 +1,192 @@
+"""Bulk finalized-link mapping revalidation (SPEC §9 REV-1..3): validate, apply, plan.
+
+`validate` and `apply` take the same locks and run the same checks
+(`protocol.revalidation.decide`); `validate` always rolls back, `apply` writes
+every receipt and every link move in one transaction or nothing. Neither
+touches attempts, local records or the remote (REV-3): this module imports no
+such query or client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from db import packs as packs_q
+from db import revalidation as q
+from db.records import Conn
+from protocol.active import resolve_active
+from protocol.manifest import ManifestInvalid, PackManifest
+from protocol.manifest import parse_manifest as parse_pack_manifest
+from protocol.revalidation import (
+    Apply,
+    Approval,
+    Conflict,
+    ConflictReason,
+    Decision,
+    LinkRowState,
+    LockedMember,
+    Rejected,
+    RevalidationManifest,
+    RevalidationMember,
+    RevalidationResult,
+    build_manifest,
+    decide,
+    link_row_digest,
+    plan_member,
+    result_of,
+)
+from protocol.snapshots import ActionConfigSnapshot
+from protocol.states import LinkStatus
+
+
+class Phase(StrEnum):
+    LOCKED = "locked"
+    WRITTEN = "written"
+
+
+# Called once per member and phase (for a progress bar); must not do I/O on `conn`.
+OnStep = Callable[[Phase, str], None]
+
+
+def _ignore(phase: Phase, link_key: str) -> None:
+    del phase, link_key
+
+
+class _CasLost(Exception):
+    """A member's row moved under its lock: roll the whole manifest back (invariant 4)."""
+
+    def __init__(self, conflict: Conflict) -> None:
+        super().__init__(conflict.detail)
+        self.conflict = conflict
+
+
+async def validate(
+    conn: Conn, manifest: RevalidationManifest, on_step: OnStep = _ignore
+) -> RevalidationResult:
+    """Dry run (invariant 6): same locks and checks, projected receipts, zero writes."""
+    # Not READ ONLY: Postgres refuses FOR UPDATE there, and the row locks are the point.
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        decision = await _lock_and_decide(conn, manifest, on_step)
+    finally:
+        await tx.rollback()
+    return result_of(manifest, decision, applied=False)
+
+
+async def apply(
+    conn: Conn, manifest: RevalidationManifest, on_step: OnStep = _ignore
+) -> RevalidationResult:
+    """The only mutation entry point: all receipts and link moves commit together, or none."""
+    decision: Decision
+    try:
+        async with conn.transaction():
+            decision = await _lock_and_decide(conn, manifest, on_step)
+            if isinstance(decision, Apply):
+                await _write(conn, manifest, decision, on_step)
+    except _CasLost as lost:
+        decision = Rejected(conflicts=(lost.conflict,))
+    return result_of(manifest, decision, applied=True)
+
+
+async def _lock_and_decide(conn: Conn, manifest: RevalidationManifest, on_step: OnStep) -> Decision:
+    # Members are sorted by link key (invariant 1), so every transaction locks in
+    # one global order: link key, then its row, then its occupancy key.
+    locked = []
+    for member in manifest.members:
+        locked.append(await _lock_member(conn, member.link_key))
+        on_step(Phase.LOCKED, member.link_key)
+    # Read after the locks: a concurrent apply of this operation has committed by now.
+    receipts = await q.operation_receipts(conn, manifest.operation_id)
+    return decide(manifest, locked, receipts)
+
+
+async def _lock_member(conn: Conn, link_key: str) -> LockedMember:
+    await q.lock_link_key(conn, link_key)
+    row = await q.link_state_for_update(conn, link_key)
+    await q.lock_occupancy_key(conn, link_key)
+    occupying = await q.occupying_attempt_ids(conn, link_key)
+    pointer = row.last_mapping_revalidation_operation_id if row else None
+    prior = await q.receipt(conn, pointer, link_key) if pointer else None
+    return LockedMember(
+        link_key=link_key, row=row, occupying_attempt_ids=occupying, pointer_receipt=prior
+    )
+
+
+async def _write(
+    conn: Conn, manifest: RevalidationManifest, decision: Apply, on_step: OnStep
+) -> None:
+    for member, receipt in zip(manifest.members, decision.receipts, strict=True):
+        # The receipt first: the link's new pointer references it.
+        await q.insert_receipt(conn, receipt)
+        moved = await q.move_link_mapping(conn, member, manifest.operation_id)
+        if moved is None or link_row_digest(moved) != receipt.after_row_digest:
+            detail = "row changed under its lock" if moved else "compare-and-set matched no row"
+            raise _CasLost(
+                Conflict(link_key=member.link_key, reason=ConflictReason.CAS_LOST, detail=detail)
+            )
+        on_step(Phase.WRITTEN, member.link_key)
+
+
+# -- planning (read-only: release engineers' plan -> validate -> apply) ------------------
+
+
+class PlanError(ValueError):
+    """The manifest cannot be planned as asked; nothing was read under lock or written."""
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    operation_id: str
+    approval: Approval
+    new_pack_install_id: str
+    # None: every finalized link of the install's owner key that would move.
+    link_keys: tuple[str, ...] | None = None
+
+
+async def plan(conn: Conn, request: PlanRequest) -> RevalidationManifest:
+    """A canonical manifest moving the links to the install's current fingerprints."""
+    install = await packs_q.select_install(conn, request.new_pack_install_id)
+    if install is None:
+        raise PlanError(f"no pack install {request.new_pack_install_id}")
+    try:
+        pack = parse_pack_manifest(install.manifest)
+    except ManifestInvalid as error:
+        raise PlanError(f"install {install.pack_install_id}: {error}") from error
+    rows = await _planned_rows(conn, request, pack.connector_owner_key)
+    members = [_member(pack, install.pack_install_id, row) for row in rows]
+    moving = [m for m in members if not m.changes_nothing]
+    if request.link_keys is not None and len(moving) != len(members):
+        idle = sorted({m.link_key for m in members} - {m.link_key for m in moving})
+        raise PlanError(f"already at the install's fingerprints: {', '.join(idle)}")
+    if not moving:
+        raise PlanError("no finalized link would move")
+    return build_manifest(request.operation_id, request.approval, moving)
+
+
+async def _planned_rows(conn: Conn, request: PlanRequest, owner: str) -> list[LinkRowState]:
+    if request.link_keys is None:
+        return await q.finalized_link_states(conn, owner)
+    rows = await q.link_states(conn, list(request.link_keys))
+    missing = sorted(set(request.link_keys) - {row.link_key for row in rows})
+    if missing:
+        raise PlanError(f"no link {', '.join(missing)}")
+    for row in rows:
+        if row.status != LinkStatus.FINALIZED or row.connector_owner_key != owner:
+            raise PlanError(f"{row.link_key}: {row.status} link of owner {row.connector_owner_key}")
+    return rows
+
+
+def _member(pack: PackManifest, install_id: str, row: LinkRowState) -> RevalidationMember:
+    active = resolve_active(pack, install_id, row.action_slot_id, row.destination_slot_id)
+    if active.action is None:
+        raise PlanError(f"{row.link_key}: action slot {row.action_slot_id!r} is not in the pack")
+    config = ActionConfigSnapshot.of(active.action)
+    try:
+        return plan_member(row, config.mapping_fingerprint, config.body_fingerprint, install_id)
+    except ValidationError as error:
+        raise PlanError(f"{row.link_key}: not plannable ({error.errors()[0]['msg']})") from None

@@ -1,0 +1,242 @@
+"""`connector-push revalidate plan|validate|apply`: bulk mapping revalidation (SPEC §9)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Final
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, TaskID
+from rich.table import Table
+
+from activities import revalidation as revalidation_activity
+from activities.revalidation import OnStep, Phase, PlanError, PlanRequest
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
+from cli.database import resolve_dsn as _dsn
+from protocol.revalidation import (
+    Approval,
+    ManifestRejected,
+    RevalidationManifest,
+    RevalidationResult,
+    RevalidationStatus,
+    parse_manifest,
+)
+
+EXIT_REJECTED: Final = 3
+EXIT_ALREADY_APPLIED: Final = 4
+# Progress bars only where they help; small manifests finish before one would draw.
+PROGRESS_THRESHOLD: Final = 50
+
+EXIT_CODES: Final = {
+    RevalidationStatus.VALIDATED: 0,
+    RevalidationStatus.APPLIED: 0,
+    RevalidationStatus.ALREADY_APPLIED: EXIT_ALREADY_APPLIED,
+    RevalidationStatus.REJECTED: EXIT_REJECTED,
+}
+
+_EPILOG: Final = (
+    "Exit codes: 0 validated (would apply) or applied; 4 already applied (an exact "
+    "retry: receipts and links verified, nothing written); 3 rejected (conflicts "
+    "listed, nothing written); 2 bad input (manifest not canonical, digest mismatch, "
+    "empty approval: rejected before any transaction); 1 database unreachable."
+)
+
+ManifestFile = Annotated[
+    Path, typer.Argument(help="Revalidation manifest (JSON).", show_default=False)
+]
+
+_stdout = Console(highlight=False)
+_stderr = Console(stderr=True)
+
+
+def _load(path: Path) -> RevalidationManifest:
+    """Invariant 1 before any connection: bad input exits 2 naming the reason."""
+    try:
+        return parse_manifest(read_document(path))
+    except ManifestRejected as error:
+        bad_input(f"{path}: {error}")
+
+
+@contextmanager
+def _progress(total: int, phases: tuple[Phase, ...]) -> Iterator[OnStep]:
+    if total <= PROGRESS_THRESHOLD:
+        yield lambda phase, key: None
+        return
+    with Progress(console=_stderr, transient=True) as bar:
+        tasks: dict[Phase, TaskID] = {
+            phase: bar.add_task(f"{phase.value} links", total=total) for phase in phases
+        }
+
+        def step(phase: Phase, link_key: str) -> None:
+            del link_key
+            bar.advance(tasks[phase])
+
+        yield step
+
+
+def _short(value: str | None) -> str:
+    return "-" if value is None else value[:12]
+
+
+def _print_result(result: RevalidationResult) -> None:
+    if result.conflicts:
+        table = Table(title="conflicts (nothing written)", title_justify="left")
+        for column in ("link key", "reason", "detail"):
+            table.add_column(column, overflow="fold")
+        for c in result.conflicts:
+            table.add_row(escape(c.link_key), c.reason.value, escape(c.detail))
+        _stdout.print(table)
+    if result.receipts:
+        title = (
+            "receipts" if result.status != RevalidationStatus.VALIDATED else "projected receipts"
+        )
+        table = Table(title=title, title_justify="left")
+        columns = ("link key", "mapping", "body", "install", "previous op", "row digest")
+        for column in columns:
+            table.add_column(column, no_wrap=column == "link key")
+        for r in result.receipts:
+            table.add_row(
+                escape(r.link_key),
+                f"{_short(r.old_mapping_fingerprint)} -> {_short(r.new_mapping_fingerprint)}",
+                f"{_short(r.old_body_fingerprint)} -> {_short(r.new_body_fingerprint)}",
+                f"{_short(r.old_pack_install_id)} -> {_short(r.new_pack_install_id)}",
+                escape(r.previous_operation_id or "-"),
+                f"{_short(r.before_row_digest)} -> {_short(r.after_row_digest)}",
+            )
+        _stdout.print(table)
+    _stdout.print(_status_line(result))
+
+
+def _status_line(result: RevalidationResult) -> str:
+    op, n = escape(result.operation_id), len(result.receipts)
+    match result.status:
+        case RevalidationStatus.VALIDATED:
+            return f"[bold]validated[/]: {op} would move {n} link(s); nothing written"
+        case RevalidationStatus.APPLIED:
+            return f"[bold green]applied[/]: {op} moved {n} link(s), {n} receipt(s) written"
+        case RevalidationStatus.ALREADY_APPLIED:
+            return f"[bold]already applied[/]: {op} verified on {n} link(s); nothing written"
+        case RevalidationStatus.REJECTED:
+            k = len(result.conflicts)
+            return f"[bold red]rejected[/]: {op}, {k} conflict(s); nothing written"
+
+
+def _report(result: RevalidationResult, as_json: bool) -> None:
+    if as_json:
+        echo_json(result.model_dump(mode="json"))
+    else:
+        _print_result(result)
+    raise typer.Exit(EXIT_CODES[result.status])
+
+
+async def _run(dsn: str, manifest: RevalidationManifest, *, write: bool) -> RevalidationResult:
+    phases = (Phase.LOCKED, Phase.WRITTEN) if write else (Phase.LOCKED,)
+    entry = revalidation_activity.apply if write else revalidation_activity.validate
+    with _progress(len(manifest.members), phases) as on_step:
+        async with connect(dsn) as conn:
+            return await entry(conn, manifest, on_step)
+
+
+def validate_command(
+    manifest_file: ManifestFile, database_url: DatabaseUrl = None, as_json: AsJson = False
+) -> None:
+    """Dry run: take the apply's locks, run its checks, show projected receipts, write nothing."""
+    manifest = _load(manifest_file)
+    _report(asyncio.run(_run(_dsn(database_url), manifest, write=False)), as_json)
+
+
+def apply_command(
+    manifest_file: ManifestFile, database_url: DatabaseUrl = None, as_json: AsJson = False
+) -> None:
+    """Move every member's fingerprints and write its receipt, all in one transaction."""
+    manifest = _load(manifest_file)
+    _report(asyncio.run(_run(_dsn(database_url), manifest, write=True)), as_json)
+
+
+async def _plan(dsn: str, request: PlanRequest) -> RevalidationManifest:
+    async with connect(dsn) as conn:
+        return await revalidation_activity.plan(conn, request)
+
+
+def _plan_request(
+    operation_id: str,
+    approval: tuple[str, str, str],
+    new_pack_install: str,
+    link_keys: list[str],
+    all_finalized: bool,
+) -> PlanRequest:
+    if bool(link_keys) == all_finalized:
+        bad_input("pass either --link-key (one or more) or --all-finalized")
+    try:
+        by, reference, reason = approval
+        return PlanRequest(
+            operation_id=operation_id,
+            approval=Approval(approved_by=by, approval_reference=reference, reason=reason),
+            new_pack_install_id=new_pack_install,
+            link_keys=None if all_finalized else tuple(link_keys),
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        bad_input(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+
+
+def plan_command(
+    operation_id: Annotated[str, typer.Option("--operation-id", help="Unique operation id.")],
+    approved_by: Annotated[str, typer.Option("--approved-by", help="Who approved the move.")],
+    approval_reference: Annotated[
+        str, typer.Option("--approval-reference", help="Ticket or change record.")
+    ],
+    reason: Annotated[str, typer.Option("--reason", help="Why the mapping move is safe.")],
+    new_pack_install: Annotated[
+        str, typer.Option("--new-pack-install", help="PackInstallId whose fingerprints to adopt.")
+    ],
+    link_key: Annotated[
+        list[str] | None, typer.Option("--link-key", help="A link to move (repeatable).")
+    ] = None,
+    all_finalized: Annotated[
+        bool, typer.Option("--all-finalized", help="Every finalized link of the owner that moves.")
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the manifest here (default: stdout).")
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Build a canonical manifest from the current links and an install's fingerprints.
+
+    Read-only: review the file, then `revalidate validate`, then `revalidate apply`.
+    """
+    approval = (approved_by, approval_reference, reason)
+    request = _plan_request(operation_id, approval, new_pack_install, link_key or [], all_finalized)
+    try:
+        manifest = asyncio.run(_plan(_dsn(database_url), request))
+    except (PlanError, ManifestRejected) as error:
+        bad_input(str(error))
+    text = json.dumps(manifest.document(), indent=2, sort_keys=True) + "\n"
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    out.write_text(text, encoding="utf-8")
+    _stderr.print(
+        f"planned {escape(manifest.operation_id)}: {len(manifest.members)} link(s), "
+        f"digest {manifest.manifest_digest[:12]} -> {escape(str(out))}",
+        highlight=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    revalidate = typer.Typer(
+        help="Bulk finalized-link mapping revalidation: plan, validate, apply (SPEC §9).",
+        epilog=_EPILOG,
+        no_args_is_help=True,
+    )
+    revalidate.command("plan")(plan_command)
+    revalidate.command("validate", epilog=_EPILOG)(validate_command)
+    revalidate.command("apply", epilog=_EPILOG)(apply_command)
+    app.add_typer(revalidate, name="revalidate")
