@@ -1,4 +1,5 @@
-"""Operator actions on a link (SPEC WF-3): `supersede`, `reconcile`, `retire`, `mark-terminal`.
+"""Operator actions on a link (SPEC WF-3): `supersede`, `reconcile`, `retire`, `mark-terminal`,
+`revalidate-link`.
 
 Each command wakes the link's workflow (signal-with-start, so a closed link gets a
 fresh run that reloads from Postgres), waits until its `state` query shows the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import time
 from typing import Annotated, Any, Final
 
@@ -33,6 +35,7 @@ from protocol.messages import (
     OperatorResult,
     ReconcileInput,
     RetireInput,
+    RevalidateInput,
     SupersedeInput,
 )
 from worker.client import connect_temporal
@@ -69,7 +72,7 @@ async def _loaded_view(handle: WorkflowHandle[Any, Any]) -> LinkView:
     deadline = time.monotonic() + LOAD_TIMEOUT_S
     while True:
         view = await handle.query(LinkWorkflow.state)
-        if view.link_status is not None or view.attempt_status is not None:
+        if view.loaded:
             return view
         if time.monotonic() > deadline:
             return view
@@ -186,3 +189,18 @@ def register(app: typer.Typer) -> None:
         """A pending attempt that provably sent nothing -> terminal_failed."""
         request = MarkTerminalInput(operator=operator, reason=reason)
         _invoke(LinkWorkflow.mark_terminal, link_key, request, task_queue, as_json)
+
+    @app.command("revalidate-link")
+    def revalidate_link_command(
+        link_key: str,
+        reason: Reason,
+        operator: Annotated[
+            str, typer.Option("--operator", help="who acts (default: $USER)")
+        ] = os.environ.get("USER", "operator"),
+        task_queue: TaskQueue = None,
+        as_json: AsJson = False,
+    ) -> None:
+        """suspended_drift -> finalized on the active pack's snapshots (mapping fingerprints
+        move only through `revalidate apply`, SPEC §9)."""
+        request = RevalidateInput(operator=operator, reason=reason)
+        _invoke(LinkWorkflow.revalidate, link_key, request, task_queue, as_json)

@@ -77,6 +77,8 @@ class LinkView(Message):
     pending_patches: list[PatchStatus] = Field(default_factory=list)
     suspend_reason: str | None = None
     last_patch_status: PatchStatus | None = None
+    # Set by the workflow's `state` query once the run has read Postgres.
+    loaded: bool = False
 
     @property
     def needs_operator(self) -> bool:

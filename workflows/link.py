@@ -96,7 +96,8 @@ class LinkWorkflow:
 
     @workflow.query
     def state(self) -> LinkView:
-        return self._view
+        """The link, its newest attempt and queued PATCHes, as last read from Postgres."""
+        return self._view.model_copy(update={"loaded": self._loaded})
 
     @workflow.run
     async def run(self, input: LinkWorkflowInput) -> LinkWorkflowResult:

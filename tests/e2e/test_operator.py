@@ -19,8 +19,10 @@ from cli.main import app
 from cli.stack.temporal import TemporalDevServer
 from protocol.admission import CreateReserved, DeferredAssociationReserved
 from sandbox.faults import FaultRuleSpec
+from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import Stack, company_key, contact_key
 from tests.e2e.support import eventually
+from tests.e2e.test_patch_path import apply_edit, credential_ref, finalized_contact, suspended
 
 WHO = ["--operator", "ops@example.com", "--reason", "incident 42"]
 
@@ -163,3 +165,30 @@ async def test_commands_start_a_closed_link_workflow(stack: Stack, cli_env: dict
     result = await _cli(cli_env, "supersede", key, *WHO)
     assert result.exit_code == 0, result.output
     await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+
+
+async def test_revalidate_link_restores_a_drift_suspended_link(
+    stack: Stack, cli_env: dict[str, str], remote: BackgroundSandbox
+) -> None:
+    link = await finalized_contact(stack)
+    await apply_edit(stack.pool, remote, credential_ref)
+    await stack.push("c-001")
+    await suspended(stack, link["link_key"])
+    refused = await _cli(cli_env, "revalidate-link", contact_key("c-002"), "--reason", "x")
+    assert refused.exit_code == 1
+    result = _json(
+        await _cli(
+            cli_env,
+            "revalidate-link",
+            link["link_key"],
+            "--reason",
+            "rotated on purpose",
+            "--operator",
+            "ops@example.com",
+            "--json",
+        )
+    )
+    assert result["view"]["link_status"] == "finalized"
+    row = await stack.link(link["link_key"])
+    assert row is not None and row["last_operator"] == "ops@example.com"
+    assert row["last_operator_reason"] == "rotated on purpose"
