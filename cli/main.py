@@ -21,6 +21,7 @@ def _register_all() -> None:
     # Each command module exposes `register(app)`; imported here so `--help` stays fast
     # to extend and no module does work at import time.
     from cli import (
+        backfill_cmd,
         dev_cmd,
         ingress_cmd,
         link_cmds,
@@ -46,6 +47,7 @@ def _register_all() -> None:
         link_cmds,
         operator_cmds,
         revalidate_cmd,
+        backfill_cmd,
     ):
         module.register(app)
 

@@ -1,0 +1,144 @@
+"""Named queries for legacy-link adoption (SPEC MIG-1): records, links, attempts, installs.
+
+One statement per function, mapped to `protocol.backfill` facts; the caller
+owns the transaction and takes the link-key locks (db/links.lock_link_key) in
+link-key order before reading facts it will act on. Nothing here writes: the
+adopted link goes through db/links.insert_link, so the ID-4 index decides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Final
+
+from asyncpg import Record
+
+from db.records import Conn
+from protocol.backfill import AttemptFact, LegacyRecord, LinkFact, Locator
+from protocol.states import AttemptStatus, LinkStatus
+
+COUNT_RECORDS: Final = """
+SELECT count(*) FROM crm_record WHERE source_object = ANY($1::text[])
+"""
+
+# Keyset pages in record-id order (deleted records included: they are reported).
+SELECT_RECORD_PAGE: Final = """
+SELECT source_object, record_id, fields::text AS fields, deleted
+FROM crm_record
+WHERE source_object = $1 AND ($2::text IS NULL OR record_id > $2 COLLATE "C")
+ORDER BY record_id COLLATE "C"
+LIMIT $3
+"""
+
+SELECT_RECORDS: Final = """
+SELECT source_object, record_id, fields::text AS fields, deleted
+FROM crm_record
+WHERE source_object = $1 AND record_id = ANY($2::text[])
+ORDER BY record_id COLLATE "C"
+"""
+
+_LINK_FACT: Final = """
+link_key, action_slot_id, connector_owner_key, destination_slot_id, remote_scope, remote_id,
+status
+"""
+
+SELECT_LINKS: Final = f"""
+SELECT {_LINK_FACT} FROM connector_remote_link
+WHERE link_key = ANY($1::text[]) ORDER BY link_key COLLATE "C"
+"""
+
+SELECT_LOCATOR_OWNERS: Final = f"""
+SELECT {_LINK_FACT} FROM connector_remote_link AS l
+JOIN unnest($2::text[], $3::text[], $4::text[]) AS c (destination_slot_id, remote_scope, remote_id)
+  USING (destination_slot_id, remote_scope, remote_id)
+WHERE l.connector_owner_key = $1 AND l.status <> 'retired'
+ORDER BY link_key COLLATE "C"
+"""
+
+SELECT_ATTEMPTS: Final = """
+SELECT link_key, attempt_id::text AS attempt_id, status FROM connector_push_attempt
+WHERE link_key = ANY($1::text[]) ORDER BY link_key COLLATE "C", attempt_ordinal
+"""
+
+SELECT_INSTALL_MANIFESTS: Final = """
+SELECT pack_install_id::text AS pack_install_id, manifest::text AS manifest
+FROM pack_install WHERE pack_install_id = ANY($1::uuid[])
+"""
+
+
+def _record(row: Record) -> LegacyRecord:
+    return LegacyRecord(
+        source_object=row["source_object"],
+        record_id=row["record_id"],
+        fields=json.loads(row["fields"]),
+        deleted=row["deleted"],
+    )
+
+
+def _link(row: Record) -> LinkFact:
+    return LinkFact(
+        link_key=row["link_key"],
+        action_slot_id=row["action_slot_id"],
+        locator=Locator(
+            connector_owner_key=row["connector_owner_key"],
+            destination_slot_id=row["destination_slot_id"],
+            remote_scope=row["remote_scope"],
+            remote_id=row["remote_id"],
+        ),
+        status=LinkStatus(row["status"]),
+    )
+
+
+async def count_records(conn: Conn, source_objects: Sequence[str]) -> int:
+    return int(await conn.fetchval(COUNT_RECORDS, list(source_objects)))
+
+
+async def record_page(
+    conn: Conn, source_object: str, after: str | None, limit: int
+) -> list[LegacyRecord]:
+    """Up to `limit` records of `source_object` after record id `after` (None: from the start)."""
+    return [_record(r) for r in await conn.fetch(SELECT_RECORD_PAGE, source_object, after, limit)]
+
+
+async def records_by_id(
+    conn: Conn, source_object: str, record_ids: Sequence[str]
+) -> list[LegacyRecord]:
+    rows = await conn.fetch(SELECT_RECORDS, source_object, list(record_ids))
+    return [_record(r) for r in rows]
+
+
+async def links_by_key(conn: Conn, link_keys: Sequence[str]) -> list[LinkFact]:
+    return [_link(r) for r in await conn.fetch(SELECT_LINKS, list(link_keys))]
+
+
+async def locator_owners(conn: Conn, locators: Sequence[Locator]) -> list[LinkFact]:
+    """Non-retired links of the locators' owner that hold any of them (ID-4)."""
+    if not locators:
+        return []
+    owners = {loc.connector_owner_key for loc in locators}
+    assert len(owners) == 1, "one owner key per backfill"
+    rows = await conn.fetch(
+        SELECT_LOCATOR_OWNERS,
+        owners.pop(),
+        [loc.destination_slot_id for loc in locators],
+        [loc.remote_scope for loc in locators],
+        [loc.remote_id for loc in locators],
+    )
+    return [_link(r) for r in rows]
+
+
+async def attempts_by_key(conn: Conn, link_keys: Sequence[str]) -> list[AttemptFact]:
+    rows = await conn.fetch(SELECT_ATTEMPTS, list(link_keys))
+    return [
+        AttemptFact(
+            link_key=r["link_key"], attempt_id=r["attempt_id"], status=AttemptStatus(r["status"])
+        )
+        for r in rows
+    ]
+
+
+async def install_manifests(conn: Conn, pack_install_ids: Sequence[str]) -> dict[str, object]:
+    """pack_install_id -> stored manifest document (parsed JSON)."""
+    rows = await conn.fetch(SELECT_INSTALL_MANIFESTS, list(pack_install_ids))
+    return {r["pack_install_id"]: json.loads(r["manifest"]) for r in rows}
