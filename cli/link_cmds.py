@@ -16,6 +16,7 @@ from cli.database import AsJson, DatabaseUrl, resolve_dsn
 from cli.errors import fail
 from cli.stack.devconfig import load_dev_config
 from db import patches as patches_q
+from db.pool import create_pool
 from protocol.admission import AdmissionDecision, SaveRequest
 from worker.client import connect_temporal
 from worker.crm import report_save
@@ -35,7 +36,7 @@ async def _save(dsn: str, save: SaveRequest) -> AdmissionDecision:
     address = settings.temporal_address or load_dev_config().temporal.address
     settings = settings.model_copy(update={"temporal_address": address})
     client = await connect_temporal(settings)
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    pool = await create_pool(dsn, min_size=1, max_size=2)
     try:
         return await report_save(pool, client, settings.task_queue, save)
     finally:

@@ -6,8 +6,7 @@ import asyncio
 import logging
 import signal
 
-import asyncpg
-
+from db.pool import create_pool
 from worker.client import connect_temporal
 from worker.observability import configure_logging, configure_tracing
 from worker.runtime import build_worker, ensure_search_attributes, remote_http_client, run_until
@@ -25,7 +24,7 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     client = await connect_temporal(settings)
     await ensure_search_attributes(client)
     await ensure_relay_schedule(client, settings.task_queue)
-    pool = await asyncpg.create_pool(settings.require_database_url(), min_size=2, max_size=20)
+    pool = await create_pool(settings.require_database_url(), min_size=2, max_size=20)
     try:
         async with remote_http_client() as http:
             worker = build_worker(client, pool, http, settings.task_queue)

@@ -1,0 +1,111 @@
+"""A fresh, private stack for one benchmark run: Temporal dev server (the pragmas of
+temporal-dev.yaml), embedded Postgres with the demo pack and N generated contacts,
+and the sandbox remote over HTTP. Nothing is shared with `make dev` or the tests."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import yaml
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.packs import apply_pack
+from activities.record_loader import load_records, parse_records_document
+from cli.stack.devconfig import load_dev_config
+from cli.stack.postgres import EmbeddedPostgres
+from cli.stack.process import free_port
+from cli.stack.temporal import TemporalDevServer
+from db.migrate import apply_migrations
+from sandbox.config import SandboxConfig
+from sandbox.server import BackgroundSandbox
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DATABASE = "bench"
+FIELDS = ["FirstName", "LastName", "Email", "Phone", "remote_id__c", "remote_provenance__c"]
+
+
+@dataclass(frozen=True)
+class BenchStack:
+    client: Client
+    dsn: str
+    admin_dsn: str  # another database on the same server: reading stats there is not counted
+    sandbox_url: str
+
+
+def record_id(i: int) -> str:
+    return f"bench-c-{i:05d}"
+
+
+def _records(n: int) -> dict[str, object]:
+    records = [
+        {
+            "object": "Contact",
+            "id": record_id(i),
+            "fields": {"FirstName": "Bench", "LastName": f"N{i}", "Email": f"b{i}@example.com"},
+        }
+        for i in range(n)
+    ]
+    grant = {"user": "bench", "object": "Contact", "records": "*", "fields": FIELDS}
+    return {"records": records, "grants": [grant]}
+
+
+async def _seed(dsn: str, sandbox_url: str, n: int) -> None:
+    await apply_migrations(dsn)
+    text = (EXAMPLES / "demo-pack.yaml").read_text()
+    manifest = yaml.safe_load(
+        re.sub(r"baseUrl: http://127\.0\.0\.1:\d+", f"baseUrl: {sandbox_url}", text)
+    )
+    conn = await asyncpg.connect(dsn)
+    try:
+        await apply_pack(conn, manifest)
+        await load_records(conn, parse_records_document(_records(n)))
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def bench_stack(n: int) -> AsyncIterator[BenchStack]:
+    dev = load_dev_config()
+    with tempfile.TemporaryDirectory(prefix="cp-bench-") as tmp:
+        root = Path(tmp)
+        pg = EmbeddedPostgres(root / "pg", dev.postgres.host, free_port(dev.postgres.host))
+        temporal_config = dev.temporal.model_copy(
+            update={"frontend_port": free_port(), "ui_port": free_port()}
+        )
+        temporal = TemporalDevServer(
+            config=temporal_config,
+            db_file=root / "temporal.sqlite",
+            ui=False,
+            log_path=root / "temporal.log",
+        )
+        sandbox_config = SandboxConfig.model_validate(
+            yaml.safe_load((EXAMPLES / "sandbox.yaml").read_text())
+        )
+        pg.start()
+        temporal.start()
+        try:
+            with BackgroundSandbox(sandbox_config) as sandbox:
+                admin = await asyncpg.connect(pg.dsn("postgres"))
+                await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+                await admin.close()
+                dsn = pg.dsn(DATABASE)
+                await _seed(dsn, sandbox.url, n)
+                await temporal.wait_ready()
+                client = await Client.connect(
+                    temporal.address,
+                    namespace=temporal_config.namespace,
+                    data_converter=pydantic_data_converter,
+                )
+                yield BenchStack(
+                    client=client, dsn=dsn, admin_dsn=pg.dsn("postgres"), sandbox_url=sandbox.url
+                )
+        finally:
+            temporal.stop()
+            pg.stop()

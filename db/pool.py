@@ -1,0 +1,21 @@
+"""The runtime's asyncpg pool: one place for how connections are handed out and returned."""
+
+from __future__ import annotations
+
+import asyncpg
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Return a connection without asyncpg's default reset query.
+
+    The default (`pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`) is a
+    round trip and a committed transaction on every release — a third of the create
+    path's transactions. The runtime keeps no session state (advisory locks are
+    transaction-scoped, no LISTEN, cursors or SET outside a transaction), and asyncpg
+    still rolls back an open transaction before calling this.
+    """
+    del conn
+
+
+async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
+    return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, reset=_keep_session)
