@@ -74,6 +74,32 @@ SELECT * FROM unnest(
 ON CONFLICT (receipt_id) DO NOTHING
 """
 
+# Events and their receipts in one statement (one round trip for a group commit).
+# The receipts' foreign key to connector_event is checked at the end of the
+# statement, so a receipt may name an event inserted by the sibling CTE.
+ADMIT_EVENTS = """
+WITH new_events AS (
+    INSERT INTO connector_event (
+        event_id, endpoint, event_type, handler, payload, first_receipt_id,
+        target_object, remote_object_id
+    )
+    SELECT * FROM unnest(
+        $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+        $8::text[]
+    )
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id
+), new_receipts AS (
+    INSERT INTO ingress_receipt
+        (receipt_id, endpoint, request_id, event_id, event_type, attempt, payload)
+    SELECT * FROM unnest(
+        $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[]
+    )
+    ON CONFLICT (receipt_id) DO NOTHING
+)
+SELECT event_id FROM new_events
+"""
+
 INSERT_ACTION_EXECUTION = """
 INSERT INTO workflow_action_execution
     (execution_id, endpoint, callback_id, action_id, receipt_id, payload, expires_at,
@@ -124,6 +150,18 @@ async def insert_events(conn: Conn, rows: Sequence[EventRow]) -> list[str]:
 async def insert_receipts(conn: Conn, rows: Sequence[ReceiptRow]) -> None:
     """Insert receipts; a receipt already stored (same transport attempt) is a no-op."""
     await conn.execute(INSERT_RECEIPTS, *_columns(rows, len(ReceiptRow._fields)))
+
+
+async def admit_events(
+    conn: Conn, events: Sequence[EventRow], receipts: Sequence[ReceiptRow]
+) -> list[str]:
+    """`insert_events` then `insert_receipts`, as one statement. Returns the new event ids."""
+    records = await conn.fetch(
+        ADMIT_EVENTS,
+        *_columns(events, len(EventRow._fields)),
+        *_columns(receipts, len(ReceiptRow._fields)),
+    )
+    return [str(r["event_id"]) for r in records]
 
 
 async def insert_action_execution(conn: Conn, row: ActionExecutionRow) -> datetime | None:

@@ -13,14 +13,17 @@ rows that are stored, which the sender's retry then finds by identity).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
 import asyncpg
 
-from db.ingress_queries import EventRow, ReceiptRow, insert_events, insert_receipts
+from db.ingress_queries import EventRow, ReceiptRow, admit_events
+
+Connection: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
 
 MAX_BATCH: Final = 64
 COMMITTERS: Final = 2
@@ -88,22 +91,36 @@ class GroupCommitter:
         return batch
 
     async def _run(self) -> None:
-        while True:
-            if not self._queue:
-                self._wake.clear()
-                await self._wake.wait()
-            batch = self._take()
-            if batch:
-                await self._commit(batch)
-
-    async def _commit(self, batch: list[_Pending]) -> None:
+        # Each committer keeps one connection between batches: a pool release would
+        # cost a reset round trip per batch. A failed batch gives it back (the pool
+        # discards a broken one) and the next batch acquires afresh.
+        conn: Connection | None = None
         try:
-            async with self._pool().acquire() as conn:
-                while batch:
-                    new_ids = await self._try_commit(conn, batch)
-                    if new_ids is not None:
-                        break
-                    batch = [p for p in batch if not p.done.done()]
+            while True:
+                if not self._queue:
+                    self._wake.clear()
+                    await self._wake.wait()
+                batch = self._take()
+                if batch:
+                    conn = await self._commit(conn, batch)
+        finally:
+            if conn is not None:
+                await self._release(conn)
+
+    async def _release(self, conn: Connection) -> None:
+        with contextlib.suppress(Exception):
+            await self._pool().release(conn)
+
+    async def _commit(self, conn: Connection | None, batch: list[_Pending]) -> Connection | None:
+        """Commit the batch (resolving its requests); returns the connection to keep."""
+        try:
+            if conn is None:
+                conn = await self._pool().acquire()
+            while batch:
+                new_ids = await self._try_commit(conn, batch)
+                if new_ids is not None:
+                    break
+                batch = [p for p in batch if not p.done.done()]
         except asyncio.CancelledError:  # shutting down: nothing of this batch committed
             for pending in batch:
                 pending.done.cancel()
@@ -112,20 +129,22 @@ class GroupCommitter:
             for pending in batch:
                 if not pending.done.done():
                     pending.done.set_exception(exc)
-            return
+            if conn is not None:
+                await self._release(conn)
+            return None
         for pending, mine in zip(batch, _split_new_ids(batch, new_ids or []), strict=True):
             if not pending.done.done():
                 pending.done.set_result(mine)
+        return conn
 
-    async def _try_commit(
-        self, conn: asyncpg.pool.PoolConnectionProxy[asyncpg.Record], batch: list[_Pending]
-    ) -> list[str] | None:
+    async def _try_commit(self, conn: Connection, batch: list[_Pending]) -> list[str] | None:
         """Insert and commit the batch; None (rolled back) if a request withdrew meanwhile."""
         transaction = conn.transaction()
         await transaction.start()
         try:
-            new_ids = await insert_events(conn, [e for p in batch for e in p.events])
-            await insert_receipts(conn, [r for p in batch for r in p.receipts])
+            new_ids = await admit_events(
+                conn, [e for p in batch for e in p.events], [r for p in batch for r in p.receipts]
+            )
         except BaseException:
             await transaction.rollback()
             raise
