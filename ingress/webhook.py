@@ -12,12 +12,11 @@ from protocol.event_identity import (
     MISSING,
     IdentityError,
     JsonError,
-    business_identity,
     canonical_decimal,
     dump_exact_json,
+    identities,
     lookup,
     parse_exact_json,
-    receipt_identity,
 )
 from protocol.ingress_policy import InboundRoute, WebhookEndpoint
 
@@ -63,8 +62,7 @@ def _add_event(
     plan: AdmissionPlan, endpoint: WebhookEndpoint, event: Mapping[str, object], request_id: str
 ) -> None:
     try:
-        event_id = business_identity(endpoint.identity, endpoint.name, event)
-        receipt_id = receipt_identity(endpoint.identity, endpoint.name, event)
+        event_id, receipt_id = identities(endpoint.identity, endpoint.name, event)
     except IdentityError:
         raise Rejection(400, "unidentifiable_event") from None
     event_type = lookup(event, endpoint.event_type_field)
