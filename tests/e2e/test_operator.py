@@ -174,6 +174,9 @@ async def test_revalidate_link_restores_a_drift_suspended_link(
     await apply_edit(stack.pool, remote, credential_ref)
     await stack.push("c-001")
     await suspended(stack, link["link_key"])
+    # The command starts c-002's workflow (it has no rows): end it with this test's runs,
+    # or a later test's save of c-002 would signal a run whose worker is gone.
+    stack.touched.add(contact_key("c-002"))
     refused = await _cli(cli_env, "revalidate-link", contact_key("c-002"), "--reason", "x")
     assert refused.exit_code == 1
     result = _json(
