@@ -9,4 +9,6 @@ from __future__ import annotations
 
 class DispatchHooks:
     async def before_checkpoint(self, attempt_id: str) -> None:
-        """Called after the claim committed and before the RemoteIOStartedAt CAS."""
+        """Called after the claim committed: before the RemoteIOStartedAt CAS where the two
+        are separate (profiles without replay-safe idempotency or a locator contract),
+        otherwise just before the send."""

@@ -73,7 +73,8 @@ class _Send:
     attempt_id: str
     token: uuid.UUID
     request: CreateRequestSnapshot
-    checkpointed: bool  # a replay-safe resend re-uses the checkpoint it rotated
+    checkpointed: bool  # RemoteIOStartedAt already written under this try's token
+    previously_started: bool = False  # an earlier try may have sent this request
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ class LinkActivities:
                 return await self._claim(conn, key, attempt, request, token)
             case ResumeAction.RETRY_SAME_REQUEST:
                 assert await q.reclaim_for_resend(conn, attempt_id, token)
-                return _Send(attempt_id, token, request, checkpointed=True)
+                return _Send(attempt_id, token, request, True, previously_started=True)
             case ResumeAction.RECOVER_BY_LOCATOR:
                 assert await q.reclaim_for_resend(conn, attempt_id, token)
                 return _Lookup(attempt_id, token, request)
@@ -211,7 +212,13 @@ class LinkActivities:
             if not isinstance(completed, CreateRequestSnapshot):
                 return completed
             request = completed
-        claimed = await q.claim_attempt(conn, attempt_id, token)
+        # Where a late duplicate send is harmless (the remote replays the same idempotency
+        # key, or the unique locator rejects a second object), the claim and the
+        # RemoteIOStartedAt checkpoint are one compare-and-set; otherwise they are two, so
+        # a try that stalls after its claim can still be fenced off before it sends (REC-1).
+        profile = request.profile
+        merged = profile.post_replay_safe or profile.locator_recovery is not None
+        claimed = await q.claim_attempt(conn, attempt_id, token, checkpoint=merged)
         if claimed is None:
             return _fail(
                 E.TRANSITION_CONFLICT, "attempt not claimable", await self._view(conn, key)
@@ -221,7 +228,7 @@ class LinkActivities:
             await q.freeze_completed_request(
                 conn, attempt_id, token, request.model_dump(mode="json")
             )
-        return _Send(attempt_id, token, request, checkpointed=False)
+        return _Send(attempt_id, token, request, checkpointed=merged)
 
     async def _complete_deferred(
         self, conn: Conn, key: str, attempt: asyncpg.Record, request: CreateRequestSnapshot
@@ -262,7 +269,7 @@ class LinkActivities:
             request.relative_path,
             request.headers,
             request.body,
-            previously_started=plan.checkpointed,
+            previously_started=plan.previously_started,
         )
         if obs.transport is Transport.NOT_SENT:
             await self._clear_checkpoint(plan)
@@ -392,7 +399,8 @@ class LinkActivities:
             case LocatorFound(remote_id=remote_id):
                 return await self._finalize(key, plan, remote_id, obs, "")
             case LocatorAbsent():
-                return await self._send(key, _Send(plan.attempt_id, plan.token, request, True))
+                resend = _Send(plan.attempt_id, plan.token, request, True, previously_started=True)
+                return await self._send(key, resend)
             case Ambiguous(reason=reason):
                 raise ApplicationError(
                     f"locator lookup inconclusive: {reason}", type="LocatorRecovery"

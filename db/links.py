@@ -84,12 +84,16 @@ async def insert_attempt(conn: Conn, values: dict[str, Any]) -> str:
     return str(attempt_id)
 
 
-async def claim_attempt(conn: Conn, attempt_id: str, token: uuid.UUID) -> Row | None:
-    """pending -> processing (or a lost pre-I/O lease re-claimed) with a fresh fencing token."""
+async def claim_attempt(
+    conn: Conn, attempt_id: str, token: uuid.UUID, *, checkpoint: bool = False
+) -> Row | None:
+    """pending -> processing (or a lost pre-I/O lease re-claimed) with a fresh fencing token;
+    with `checkpoint`, RemoteIOStartedAt is written by the same compare-and-set."""
     return await conn.fetchrow(
         """
         UPDATE connector_push_attempt
         SET status = 'processing', claim_token = $2, claimed_at = now(),
+            remote_io_started_at = CASE WHEN $4 THEN now() END,
             retry_count = retry_count + CASE WHEN claim_token IS NULL THEN 0 ELSE 1 END
         WHERE attempt_id = $1 AND status IN ('pending', 'processing')
           AND remote_io_started_at IS NULL AND dispatch_lane = ANY($3::text[])
@@ -98,6 +102,7 @@ async def claim_attempt(conn: Conn, attempt_id: str, token: uuid.UUID) -> Row | 
         uuid.UUID(attempt_id),
         token,
         CLAIMABLE_LANES,
+        checkpoint,
     )
 
 
@@ -271,7 +276,6 @@ async def freeze_completed_request(
         """
         UPDATE connector_push_attempt SET request_snapshot = $3::jsonb
         WHERE attempt_id = $1 AND claim_token = $2 AND status = 'processing'
-          AND remote_io_started_at IS NULL
         RETURNING 1
         """,
         uuid.UUID(attempt_id),

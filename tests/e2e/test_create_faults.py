@@ -158,26 +158,30 @@ async def test_zombie_try_loses_its_claim_and_sends_nothing(rig: Rig) -> None:
     failed by task token, which is what a start-to-close timeout does on the server); the
     retry re-claims with a fresh token and POSTs; the released zombie's checkpoint CAS fails.
 
-    Contacts replay a reused Idempotency-Key, so the ledger would record even a replayed
-    zombie POST: exactly one ledger entry means the zombie sent nothing."""
+    Companies have no idempotency key and no locator: a second POST from the zombie
+    would be a second object in the ledger, so exactly one entry means it sent nothing."""
     stack = rig.stack
+    await rig.start_worker()
+    await _contact_linked(stack, "c-002")  # the company's association target
+    await rig.stop_worker()
     hooks = SteerableHooks(hold_first=True)
     await rig.start_worker(hooks, graceful=LONG_DRAIN)
-    await stack.push("c-001")
-    key = contact_key("c-001")
+    await _push_company(stack, "a-002")
+    key = company_key("a-002")
     await asyncio.wait_for(hooks.held.wait(), timeout=30)
-    zombie_token = (await stack.attempt(key))["claim_token"]
+    stalled = await stack.attempt(key)
+    assert stalled["status"] == "processing" and stalled["remote_io_started_at"] is None
     assert hooks.held_task_token is not None
     await stack.client.get_async_activity_handle(task_token=hooks.held_task_token).fail(
         RuntimeError("simulated start-to-close timeout of the stalled try")
     )
     attempt = await _status(stack, key, "finalized")
-    assert attempt["claim_token"] != zombie_token and hooks.tries == 2
+    assert attempt["claim_token"] != stalled["claim_token"] and hooks.tries == 2
 
     hooks.release.set()
     await rig.stop_worker()  # drains: returns once the zombie try has run to its end
     assert (await stack.attempt(key))["status"] == "finalized"
-    assert await _creates(stack, "contacts") == [attempt["remote_id"]]
+    assert await _creates(stack, "companies") == [attempt["remote_id"]]
 
 
 async def test_workflow_reset_to_before_the_post_sends_no_second_create(rig: Rig) -> None:
@@ -262,12 +266,16 @@ async def test_worker_crash_while_post_hangs_after_effect_resends_idempotent_pro
 
 async def test_worker_crash_before_checkpoint_posts_exactly_once(rig: Rig) -> None:
     """The worker dies between the claim and RemoteIOStartedAt: nothing was sent, so the
-    new worker re-claims with a fresh token and POSTs exactly once."""
+    new worker re-claims with a fresh token and POSTs exactly once (plain profile: the
+    claim and the checkpoint are separate writes)."""
     stack = rig.stack
+    await rig.start_worker()
+    await _contact_linked(stack, "c-002")
+    await rig.stop_worker()
     hooks = SteerableHooks(hold_first=True)
     await rig.start_worker(hooks)
-    await stack.push("c-001")
-    key = contact_key("c-001")
+    await _push_company(stack, "a-002")
+    key = company_key("a-002")
     await asyncio.wait_for(hooks.held.wait(), timeout=30)
     stalled = await stack.attempt(key)
     assert stalled["status"] == "processing" and stalled["remote_io_started_at"] is None
@@ -276,7 +284,22 @@ async def test_worker_crash_before_checkpoint_posts_exactly_once(rig: Rig) -> No
     await rig.start_worker()
     attempt = await _status(stack, key, "finalized")
     assert attempt["claim_token"] != stalled["claim_token"]
-    assert await _creates(stack, "contacts") == [attempt["remote_id"]]
+    assert await _creates(stack, "companies") == [attempt["remote_id"]]
+
+
+async def test_claim_and_checkpoint_are_one_write_only_where_a_late_send_is_harmless(
+    rig: Rig,
+) -> None:
+    """REC-1 cost model: contacts replay an Idempotency-Key, so their claim writes the
+    checkpoint too (one transaction fewer); companies have neither an idempotency key
+    nor a locator, so their checkpoint is a separate compare-and-set after the claim."""
+    stack = rig.stack
+    await rig.start_worker()
+    contact = await _contact_linked(stack, "c-002")
+    await _push_company(stack, "a-002")
+    company = await _status(stack, company_key("a-002"), "finalized")
+    assert contact["remote_io_started_at"] == contact["claimed_at"]
+    assert company["remote_io_started_at"] > company["claimed_at"]
 
 
 # -- definite rejection and operator supersede ------------------------------------------
