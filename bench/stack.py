@@ -5,13 +5,17 @@ and the sandbox remote over HTTP. Nothing is shared with `make dev` or the tests
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import httpx
 import yaml
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -20,11 +24,9 @@ from activities.packs import apply_pack
 from activities.record_loader import load_records, parse_records_document
 from cli.stack.devconfig import load_dev_config
 from cli.stack.postgres import EmbeddedPostgres
-from cli.stack.process import free_port
+from cli.stack.process import free_ports
 from cli.stack.temporal import TemporalDevServer
 from db.migrate import apply_migrations
-from sandbox.config import SandboxConfig
-from sandbox.server import BackgroundSandbox
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DATABASE = "bench"
@@ -70,33 +72,60 @@ async def _seed(dsn: str, sandbox_url: str, n: int) -> None:
         await conn.close()
 
 
+@contextmanager
+def _sandbox_process(port: int, log: Path) -> Iterator[str]:
+    """The sandbox in its own process, so it does not share the worker's interpreter lock
+    (in a thread it would slow the product and flatter the floor)."""
+    config = EXAMPLES / "sandbox.yaml"
+    args = ["sandbox", "--host", "127.0.0.1", "--port", str(port), "--config", str(config)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli", *args], stdout=out, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers(f"{url}/_sandbox/health"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"sandbox did not start; see {log}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 @asynccontextmanager
 async def bench_stack(n: int) -> AsyncIterator[BenchStack]:
     dev = load_dev_config()
     with tempfile.TemporaryDirectory(prefix="cp-bench-") as tmp:
         root = Path(tmp)
-        pg = EmbeddedPostgres(root / "pg", dev.postgres.host, free_port(dev.postgres.host))
-        temporal_config = dev.temporal.model_copy(
-            update={"frontend_port": free_port(), "ui_port": free_port()}
-        )
+        root.chmod(0o755)  # the unprivileged postgres user must reach its data dir
+        pg_port, frontend, ui, sandbox_port = free_ports(4)
+        pg = EmbeddedPostgres(root / "pg", dev.postgres.host, pg_port)
+        temporal_config = dev.temporal.model_copy(update={"frontend_port": frontend, "ui_port": ui})
         temporal = TemporalDevServer(
             config=temporal_config,
             db_file=root / "temporal.sqlite",
             ui=False,
             log_path=root / "temporal.log",
         )
-        sandbox_config = SandboxConfig.model_validate(
-            yaml.safe_load((EXAMPLES / "sandbox.yaml").read_text())
-        )
         pg.start()
         temporal.start()
         try:
-            with BackgroundSandbox(sandbox_config) as sandbox:
+            with _sandbox_process(sandbox_port, root / "sandbox.log") as sandbox_url:
                 admin = await asyncpg.connect(pg.dsn("postgres"))
                 await admin.execute(f'CREATE DATABASE "{DATABASE}"')
                 await admin.close()
                 dsn = pg.dsn(DATABASE)
-                await _seed(dsn, sandbox.url, n)
+                await _seed(dsn, sandbox_url, n)
                 await temporal.wait_ready()
                 client = await Client.connect(
                     temporal.address,
@@ -104,7 +133,7 @@ async def bench_stack(n: int) -> AsyncIterator[BenchStack]:
                     data_converter=pydantic_data_converter,
                 )
                 yield BenchStack(
-                    client=client, dsn=dsn, admin_dsn=pg.dsn("postgres"), sandbox_url=sandbox.url
+                    client=client, dsn=dsn, admin_dsn=pg.dsn("postgres"), sandbox_url=sandbox_url
                 )
         finally:
             temporal.stop()
