@@ -11,39 +11,27 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
 import asyncpg
-import httpx
-from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import remote
 from activities.deferred import resolve_deferred
-from activities.hooks import DispatchHooks
+from activities.link_base import LinkActivityBase, fail
 from activities.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
-from activities.operator import apply_operator_action, park_in_flight
-from activities.patch import plan_patch, record_outcome
 from activities.record_store import PostgresRecordStore
 from activities.rows import link_view, request_of
 from db import links as q
-from db import patches as pq
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
 from protocol.deferred import Waiting
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import (
     DispatchInput,
-    EvidenceInput,
-    LinkView,
     MirrorInput,
-    OperatorActionInput,
-    OperatorResult,
-    ParkInput,
     StepKind,
     StepResult,
 )
@@ -59,7 +47,6 @@ from protocol.outcome import (
     RetrySameRequest,
     Transport,
     interpret_locator_lookup,
-    interpret_patch,
     interpret_post,
     resume_post,
 )
@@ -89,34 +76,11 @@ class _Lookup:
 _Plan = StepResult | _Send | _Lookup | ApplicationError
 
 
-_tracer = trace.get_tracer(__name__)
 log = logging.getLogger(__name__)
 
 
-def _fail(kind: E, message: str, view: LinkView) -> ApplicationError:
-    """A non-retryable error carrying the durable view the workflow publishes (§5.4)."""
-    return ApplicationError(
-        message, view.model_dump(mode="json"), type=kind.value, non_retryable=True
-    )
-
-
-class LinkActivities:
-    """Activities bound to the worker's pool and HTTP client."""
-
-    def __init__(
-        self, pool: asyncpg.Pool, http: httpx.AsyncClient, hooks: DispatchHooks | None = None
-    ) -> None:
-        self._pool = pool
-        self._http = http
-        self._hooks = hooks or DispatchHooks()
-
-    @asynccontextmanager
-    async def _tx(self, key: str) -> AsyncIterator[Conn]:
-        """One Postgres transaction of this activity, traced with the link key (NF-1)."""
-        name = activity.info().activity_type if activity.in_activity() else "transaction"
-        with _tracer.start_as_current_span(f"postgres {name}", attributes={"link_key": key}):
-            async with self._pool.acquire() as conn, conn.transaction():
-                yield conn
+class LinkActivities(LinkActivityBase):
+    """The create path: claim, POST, finalize, mirror."""
 
     # -- dispatch ---------------------------------------------------------------
 
@@ -140,7 +104,7 @@ class LinkActivities:
                 return await self._settled(conn, key)
             if attempt["dispatch_lane"] not in q.CLAIMABLE_LANES:
                 view = link_view(key, await q.link_by_key(conn, key), attempt)
-                return _fail(E.LANE_NOT_CLAIMABLE, f"lane {attempt['dispatch_lane']!r}", view)
+                return fail(E.LANE_NOT_CLAIMABLE, f"lane {attempt['dispatch_lane']!r}", view)
             request = request_of(attempt)
             started = attempt["remote_io_started_at"] is not None
             action = resume_post(AttemptStatus(attempt["status"]), started, request.profile)
@@ -172,7 +136,7 @@ class LinkActivities:
                     "ambiguous_remote_effect",
                     last_error="remote I/O had started before this try; outcome unknown",
                 )
-                return _fail(
+                return fail(
                     E.AMBIGUOUS_REMOTE_EFFECT,
                     "earlier POST may have landed",
                     await self._view(conn, key),
@@ -201,7 +165,7 @@ class LinkActivities:
                 "terminal_failed",
                 last_error="source_deleted",
             )
-            return _fail(
+            return fail(
                 E.SOURCE_DELETED,
                 "source record deleted before the first POST",
                 await self._view(conn, key),
@@ -220,9 +184,7 @@ class LinkActivities:
         merged = profile.post_replay_safe or profile.locator_recovery is not None
         claimed = await q.claim_attempt(conn, attempt_id, token, checkpoint=merged)
         if claimed is None:
-            return _fail(
-                E.TRANSITION_CONFLICT, "attempt not claimable", await self._view(conn, key)
-            )
+            return fail(E.TRANSITION_CONFLICT, "attempt not claimable", await self._view(conn, key))
         if deferred:
             # LANE-2: the association-complete body is frozen under this claim.
             await q.freeze_completed_request(
@@ -246,7 +208,7 @@ class LinkActivities:
                 "terminal_failed",
                 last_error=f"association: {completed.detail}",
             )
-            return _fail(E.GATE_FAILED, completed.detail, await self._view(conn, key))
+            return fail(E.GATE_FAILED, completed.detail, await self._view(conn, key))
         return completed
 
     async def _send(self, key: str, plan: _Send) -> StepResult:
@@ -255,7 +217,7 @@ class LinkActivities:
             async with self._pool.acquire() as conn:
                 if not await q.checkpoint_remote_io(conn, plan.attempt_id, plan.token):
                     # Another claim owns the row (this try outlived its timeout): send nothing.
-                    raise _fail(
+                    raise fail(
                         E.TRANSITION_CONFLICT,
                         "claim lost before remote I/O; sent nothing",
                         await self._view(conn, key),
@@ -366,7 +328,7 @@ class LinkActivities:
             )
             view = await self._view(conn, key)
         if not moved:
-            raise _fail(E.TRANSITION_CONFLICT, "attempt moved under this claim", view)
+            raise fail(E.TRANSITION_CONFLICT, "attempt moved under this claim", view)
         log.warning(
             "attempt parked %s (%s): %s",
             target,
@@ -374,7 +336,7 @@ class LinkActivities:
             message,
             extra={"link_key": key, "attempt_id": plan.attempt_id},
         )
-        raise _fail(kind, message, view)
+        raise fail(kind, message, view)
 
     async def _clear_checkpoint(self, plan: _Send) -> None:
         """The request provably never left: the attempt is pre-I/O again (REC-1)."""
@@ -406,62 +368,6 @@ class LinkActivities:
                     f"locator lookup inconclusive: {reason}", type="LocatorRecovery"
                 )
 
-    # -- PATCH (PATCH-1..3) -------------------------------------------------------------
-
-    @activity.defn
-    async def dispatch_patch(self, input: DispatchInput) -> StepResult:
-        """Claim the queued PATCH, gate it, send it to the link's remote id, record the outcome."""
-        key = input.link_key
-        async with self._tx(key) as conn:
-            await q.lock_link_key(conn, key)
-            plan = await plan_patch(conn, key)
-            if plan is None:
-                return await self._settled(conn, key)
-        if not plan.checkpointed:
-            async with self._pool.acquire() as conn:
-                if not await pq.checkpoint_patch(conn, plan.patch_id, plan.token):
-                    raise _fail(E.TRANSITION_CONFLICT, "PATCH claim lost; sent nothing",
-                                await self._view(conn, key))  # fmt: skip
-        activity.heartbeat()
-        obs = await remote.send(
-            self._http,
-            "PATCH",
-            plan.link.profile,
-            plan.path,
-            plan.headers,
-            plan.body,
-            previously_started=plan.checkpointed,
-        )
-        async with self._tx(key) as conn:
-            await q.lock_link_key(conn, key)
-            if obs.transport is Transport.NOT_SENT:
-                await pq.clear_patch_checkpoint(conn, plan.patch_id, plan.token)
-            outcome = interpret_patch(obs, plan.link.profile.patch_replay_safe)
-            await record_outcome(conn, plan, outcome, obs)
-            return await self._settled(conn, key)
-
-    @activity.defn
-    async def apply_remote_evidence(self, input: EvidenceInput) -> StepResult:
-        """ING-6: the remote deleted the linked object: suspend the link, never re-create."""
-        ev = input.evidence
-        async with self._tx(input.link_key) as conn:
-            await q.lock_link_key(conn, input.link_key)
-            detail = f"event {ev.event_id}: {ev.detail or ev.reason}"
-            evidence = [{"surface": "remote", "disposition": "fail_closed", "detail": detail}]
-            await pq.suspend_link(conn, input.link_key, ev.reason, evidence)
-            await pq.supersede_queued(conn, input.link_key, f"link suspended: {ev.reason}")
-            return await self._settled(conn, input.link_key)
-
-    @activity.defn
-    async def park_exhausted(self, input: ParkInput) -> StepResult:
-        """REC-3: retries ran out; park what is in flight durably, never delete it."""
-        async with self._tx(input.link_key) as conn:
-            await q.lock_link_key(conn, input.link_key)
-            await park_in_flight(conn, input.link_key, input.error)
-            return await self._settled(conn, input.link_key)
-
-    # -- mirror and views -----------------------------------------------------------
-
     @activity.defn
     async def write_mirror(self, input: MirrorInput) -> StepResult:
         """Retry the compatibility mirror only; never re-POST (POST-3)."""
@@ -475,40 +381,3 @@ class LinkActivities:
                 "mirror compare-and-set conflict; retrying the mirror only", type="MirrorConflict"
             )
         return StepResult(kind=kind, view=view)
-
-    @activity.defn
-    async def apply_operator_action(self, input: OperatorActionInput) -> OperatorResult:
-        """Apply one operator update under the link lock, re-checking it against Postgres."""
-        async with self._tx(input.link_key) as conn:
-            await q.lock_link_key(conn, input.link_key)
-            message = await apply_operator_action(conn, input, self._view)
-            return OperatorResult(
-                accepted=True, message=message, view=await self._view(conn, input.link_key)
-            )
-
-    async def _settled(self, conn: Conn, key: str) -> StepResult:
-        view = await self._view(conn, key)
-        if view.needs_operator:
-            return StepResult(kind=StepKind.PARKED, view=view)
-        kind = StepKind.FINALIZED if view.link_status is not None else StepKind.IDLE
-        return StepResult(kind=kind, view=view)
-
-    @staticmethod
-    async def _dependants(conn: Conn, key: str) -> list[str]:
-        """Deferred creates waiting on this newly finalized link (LANE-2)."""
-        link = await q.link_by_key(conn, key)
-        if link is None:
-            return []
-        return await q.deferred_dependants(
-            conn, link["connector_owner_key"], link["source_record_id"]
-        )
-
-    @staticmethod
-    async def _view(conn: Conn, key: str) -> LinkView:
-        return link_view(
-            key,
-            await q.link_by_key(conn, key),
-            await q.latest_attempt(conn, key),
-            await q.pending_patch_statuses(conn, key),
-            await q.last_patch_status(conn, key),
-        )

@@ -12,6 +12,7 @@ from activities.action_callback import ActionCallbackActivities
 from activities.hooks import DispatchHooks
 from activities.inbound import InboundActivities
 from activities.link import LinkActivities
+from activities.link_ops import LinkOpsActivities
 from activities.relay import RelayActivities
 from workflows.action_callback import ActionCallbackWorkflow
 from workflows.inbound import InboundEventWorkflow
@@ -29,6 +30,7 @@ def activity_callables(
 ) -> Sequence[Callable[..., Any]]:
     """Activity methods bound to the shared pool and HTTP client."""
     link = LinkActivities(pool, http, hooks)
+    ops = LinkOpsActivities(pool, http, hooks)
     inbound = InboundActivities(pool)
     action = ActionCallbackActivities(pool, http)
     relay = RelayActivities(pool)
@@ -42,10 +44,10 @@ def activity_callables(
         action.deliver,
         action.stop,
         link.dispatch_create,
-        link.dispatch_patch,
         link.write_mirror,
-        link.apply_operator_action,
-        link.apply_remote_evidence,
-        link.park_exhausted,
+        ops.dispatch_patch,
+        ops.apply_operator_action,
+        ops.apply_remote_evidence,
+        ops.park_exhausted,
         relay.wake_links_with_pending_work,
     ]

@@ -25,6 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.link import LinkActivities
+    from activities.link_ops import LinkOpsActivities
 
 from protocol.errors import NON_RETRYABLE_ERROR_TYPES
 from protocol.messages import (
@@ -179,7 +180,7 @@ class LinkWorkflow:
     async def _patch_step(self) -> StepResult:
         return await self._guarded(
             workflow.execute_activity_method(
-                LinkActivities.dispatch_patch,
+                LinkOpsActivities.dispatch_patch,
                 DispatchInput(link_key=self._state.link_key),
                 start_to_close_timeout=REMOTE_ACTIVITY_START_TO_CLOSE,
                 retry_policy=REMOTE_RETRY,
@@ -202,7 +203,7 @@ class LinkWorkflow:
     async def _remote_evidence(self, evidence: RemoteEvidence) -> StepResult:
         return await self._guarded(
             workflow.execute_activity_method(
-                LinkActivities.apply_remote_evidence,
+                LinkOpsActivities.apply_remote_evidence,
                 EvidenceInput(link_key=self._state.link_key, evidence=evidence),
                 start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
                 retry_policy=LOCAL_RETRY,
@@ -220,7 +221,7 @@ class LinkWorkflow:
                 kind=StepKind.PARKED, view=view, detail=f"{cause.type}: {cause.message}"
             )
         return await workflow.execute_activity_method(
-            LinkActivities.park_exhausted,
+            LinkOpsActivities.park_exhausted,
             ParkInput(link_key=self._state.link_key, error=str(cause or err)),
             start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
             retry_policy=LOCAL_RETRY,
@@ -253,7 +254,7 @@ class LinkWorkflow:
     async def _operate(self, request: OperatorActionInput) -> OperatorResult:
         await workflow.wait_condition(lambda: self._loaded)
         result = await workflow.execute_activity_method(
-            LinkActivities.apply_operator_action,
+            LinkOpsActivities.apply_operator_action,
             request,
             start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
             retry_policy=LOCAL_RETRY,

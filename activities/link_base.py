@@ -1,0 +1,77 @@
+"""What the LinkWorkflow's activity classes share: the pool, the HTTP client, traced
+transactions and the durable view each step returns."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+import httpx
+from opentelemetry import trace
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.hooks import DispatchHooks
+from activities.rows import link_view
+from db import links as q
+from db.records import Conn
+from protocol.errors import ActivityErrorType as E
+from protocol.messages import LinkView, StepKind, StepResult
+
+_tracer = trace.get_tracer(__name__)
+log = logging.getLogger(__name__)
+
+
+def fail(kind: E, message: str, view: LinkView) -> ApplicationError:
+    """A non-retryable error carrying the durable view the workflow publishes (§5.4)."""
+    return ApplicationError(
+        message, view.model_dump(mode="json"), type=kind.value, non_retryable=True
+    )
+
+
+class LinkActivityBase:
+    """Bound to the worker's pool and HTTP client (and the test seams)."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, http: httpx.AsyncClient, hooks: DispatchHooks | None = None
+    ) -> None:
+        self._pool = pool
+        self._http = http
+        self._hooks = hooks or DispatchHooks()
+
+    @asynccontextmanager
+    async def _tx(self, key: str) -> AsyncIterator[Conn]:
+        """One Postgres transaction of this activity, traced with the link key (NF-1)."""
+        name = activity.info().activity_type if activity.in_activity() else "transaction"
+        with _tracer.start_as_current_span(f"postgres {name}", attributes={"link_key": key}):
+            async with self._pool.acquire() as conn, conn.transaction():
+                yield conn
+
+    async def _settled(self, conn: Conn, key: str) -> StepResult:
+        view = await self._view(conn, key)
+        if view.needs_operator:
+            return StepResult(kind=StepKind.PARKED, view=view)
+        kind = StepKind.FINALIZED if view.link_status is not None else StepKind.IDLE
+        return StepResult(kind=kind, view=view)
+
+    @staticmethod
+    async def _dependants(conn: Conn, key: str) -> list[str]:
+        """Deferred creates waiting on this newly finalized link (LANE-2)."""
+        link = await q.link_by_key(conn, key)
+        if link is None:
+            return []
+        return await q.deferred_dependants(
+            conn, link["connector_owner_key"], link["source_record_id"]
+        )
+
+    @staticmethod
+    async def _view(conn: Conn, key: str) -> LinkView:
+        return link_view(
+            key,
+            await q.link_by_key(conn, key),
+            await q.latest_attempt(conn, key),
+            await q.pending_patch_statuses(conn, key),
+            await q.last_patch_status(conn, key),
+        )
