@@ -107,6 +107,12 @@ def canonical_decimal(value: Decimal) -> str:
     if not value.is_finite():
         raise IdentityError("non-finite number")
     text = str(value)
+    if text.isdigit():  # a non-negative integer with exponent 0, the common case
+        digits = text.lstrip("0")
+        if not digits:
+            return "0"
+        stripped = digits.rstrip("0")
+        return f"{stripped}e{len(digits) - len(stripped)}"
     negative = text.startswith("-")
     mantissa, _, exponent_text = text.lstrip("-").partition("E")
     exponent = int(exponent_text) if exponent_text else 0
@@ -183,11 +189,52 @@ def _attempt_frame(attempt_path: str | None, event: object) -> bytes:
 def _digest(domain: bytes, scope: str, frames: Iterable[bytes]) -> str:
     if not scope:
         raise IdentityError("identity scope is empty")
+    encoded = scope.encode("utf-8")
+    # One update of the same byte string the separate frames made.
     hasher = hashlib.sha256(domain)
-    hasher.update(_frame(_TYPE_TAG[PartType.STRING], scope.encode("utf-8")))
-    for frame in frames:
-        hasher.update(frame)
+    hasher.update(b"".join([_frame(_TYPE_TAG[PartType.STRING], encoded), *frames]))
     return hasher.hexdigest()
+
+
+# A composite rule's fields, resolved once: (path keys, path, type, its tag, optional).
+_CompiledField = tuple[tuple[str, ...], str, PartType, bytes, bool]
+_compiled: dict[int, tuple[CompositeIdentityRule, tuple[_CompiledField, ...]]] = {}
+
+
+def _compile(rule: CompositeIdentityRule) -> tuple[_CompiledField, ...]:
+    entry = _compiled.get(id(rule))
+    if entry is not None and entry[0] is rule:
+        return entry[1]
+    fields = tuple(
+        (_path_keys(f.path), f.path, f.type, _TYPE_TAG[f.type], f.optional) for f in rule.fields
+    )
+    if len(_compiled) >= 1024:  # rules live as long as the policy: this never churns
+        _compiled.clear()
+    _compiled[id(rule)] = (rule, fields)  # the rule is kept, so its id is not reused
+    return fields
+
+
+_ABSENT_FRAME: Final = _frame(_ABSENT_TAG, b"")
+
+
+def _composite_frames(rule: CompositeIdentityRule, event: object) -> list[bytes]:
+    """`[_field_frame(field, event) for field in rule.fields]`, with the rule resolved once."""
+    frames = []
+    for keys, path, part_type, tag, optional in _compile(rule):
+        value = event
+        for key in keys:
+            if not (type(value) is dict or isinstance(value, Mapping)) or key not in value:
+                value = MISSING
+                break
+            value = value[key]
+        if value is MISSING or value is None:
+            if optional:
+                frames.append(_ABSENT_FRAME)
+                continue
+            raise IdentityError(f"identity part {path!r} is missing")
+        payload = _typed_bytes(part_type, value, path)
+        frames.append(tag + len(payload).to_bytes(4, "big") + payload)
+    return frames
 
 
 def _business_frames(
@@ -195,7 +242,7 @@ def _business_frames(
 ) -> list[bytes]:
     if isinstance(rule, LegacyIdentityRule):
         return [_scalar_frame(lookup(event, rule.path), rule.path)]
-    return [_field_frame(field, event) for field in rule.fields]
+    return _composite_frames(rule, event)
 
 
 def business_identity(
