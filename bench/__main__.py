@@ -17,6 +17,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
+from bench.ingress_bench import run_ingress_bench
 from bench.stack import DATABASE, BenchStack, bench_stack, record_id
 from db.pool import create_pool
 from protocol.admission import CreateReserved, SaveRequest
@@ -161,6 +162,7 @@ async def main() -> None:
     print(f"N={N}  floor {floor:.1f} workflows/s  creates {creates:.1f}/s")
     print(f"P1 = {p1:.2f} (target >= 0.8)   P2 = {p2:.2f} transactions/create (target <= 3)")
     _write({"P1": round(p1, 3), "P2": round(p2, 3)})
+    await run_ingress_bench()  # P3 (issue 7): its own Postgres; merges into the same file
 
 
 if __name__ == "__main__":
