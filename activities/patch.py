@@ -24,7 +24,7 @@ from typing import Any
 from temporalio.exceptions import ApplicationError
 
 from activities.admission import load_context
-from activities.rows import jsonb, link_snapshot
+from activities.rows import jsonb, link_snapshot, profile_and_path_columns
 from db import patches as pq
 from db.records import Conn
 from protocol.admission import PatchQueued, Rejected, SaveRequest
@@ -216,20 +216,8 @@ async def record_outcome(
 
 def validated_values(active: Any) -> dict[str, Any]:
     """The active install's snapshots a link takes on when drift validation passes."""
-    names = active.names()
-    profile = active.profile_snapshot()
-    action = active.action_snapshot()
     return {
         "pack_install_id": active.pack_install_id,
-        **names.model_dump(mode="json"),
-        "credential_ref": profile.credential_ref,
-        "credential_generation_hash": profile.credential_generation_hash,
-        "endpoint_class": profile.endpoint_class,
-        "endpoint_binding_hash": profile.endpoint_binding_hash,
-        "retry_policy_hash": profile.retry_policy_hash,
-        "profile_payload_hash": profile.profile_payload_hash,
-        "profile_snapshot": profile.model_dump(mode="json"),
-        "create_path_template": action.create_path_template,
-        "update_path_template": action.update_path_template,
-        "response_id_path": action.response_id_path,
+        **active.names().model_dump(mode="json"),
+        **profile_and_path_columns(active.profile_snapshot(), active.action_snapshot()),
     }

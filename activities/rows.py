@@ -57,6 +57,24 @@ def _names(names: SlotNames) -> dict[str, Any]:
     return names.model_dump(mode="json")
 
 
+def profile_and_path_columns(
+    profile: ProfileSnapshot, action: ActionConfigSnapshot
+) -> dict[str, Any]:
+    """The link's profile and path snapshot columns (STO-1), set at create and revalidation."""
+    return {
+        "credential_ref": profile.credential_ref,
+        "credential_generation_hash": profile.credential_generation_hash,
+        "endpoint_class": profile.endpoint_class,
+        "endpoint_binding_hash": profile.endpoint_binding_hash,
+        "retry_policy_hash": profile.retry_policy_hash,
+        "profile_payload_hash": profile.profile_payload_hash,
+        "profile_snapshot": profile.model_dump(mode="json"),
+        "create_path_template": action.create_path_template,
+        "update_path_template": action.update_path_template,
+        "response_id_path": action.response_id_path,
+    }
+
+
 def link_values(attempt: asyncpg.Record, remote_id: str) -> dict[str, Any]:
     """Columns of the `finalized` link created from an attempt that learned its remote id."""
     request = CreateRequestSnapshot.model_validate(jsonb(attempt["request_snapshot"]))
@@ -81,16 +99,7 @@ def link_values(attempt: asyncpg.Record, remote_id: str) -> dict[str, Any]:
         **{column: attempt[column] for column in stable},
         "created_pack_install_id": attempt["pack_install_id"],
         "last_validated_pack_install_id": attempt["pack_install_id"],
-        "credential_ref": profile.credential_ref,
-        "credential_generation_hash": profile.credential_generation_hash,
-        "endpoint_class": profile.endpoint_class,
-        "endpoint_binding_hash": profile.endpoint_binding_hash,
-        "retry_policy_hash": profile.retry_policy_hash,
-        "profile_payload_hash": profile.profile_payload_hash,
-        "profile_snapshot": profile.model_dump(mode="json"),
-        "create_path_template": action.create_path_template,
-        "update_path_template": action.update_path_template,
-        "response_id_path": action.response_id_path,
+        **profile_and_path_columns(profile, action),
         "mirror_source_object": attempt["source_object"],
         "mirror_remote_id_field": action.mirror.remote_id_field,
         "mirror_provenance_field": action.mirror.provenance_field,

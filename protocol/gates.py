@@ -198,6 +198,23 @@ def _authorize(
     return projection, snapshot
 
 
+def _authorize_and_plan(
+    ctx: AdmissionContext, key: str, action: ActionSlot
+) -> tuple[AuthorityProjection, AuthoritySnapshot, _Plan] | Rejected:
+    """Current authority (PACK-2) and association targets, shared by create and PATCH."""
+    authorized = _authorize(ctx, key, action)
+    if isinstance(authorized, Rejected):
+        return authorized
+    projection, authority = authorized
+    plan = _plan_associations(ctx, action)
+    if isinstance(plan, Rejected):
+        return plan.model_copy(update={"link_key": key})
+    if plan.missing_update_only:
+        detail = f"update-only targets not finalized: {list(plan.missing_update_only)}"
+        return Rejected(reason=R.ASSOCIATION_TARGET_MISSING, detail=detail, link_key=key)
+    return projection, authority, plan
+
+
 def _plan_associations(ctx: AdmissionContext, action: ActionSlot) -> _Plan | Rejected:
     vector: list[str] = []
     resolved: dict[str, tuple[str, str]] = {}
@@ -237,16 +254,10 @@ def _decide_create(ctx: AdmissionContext, key: str) -> AdmissionDecision:
     problem = _slot_problem(action)
     if problem is not None:
         return problem.model_copy(update={"link_key": key})
-    authorized = _authorize(ctx, key, action)
-    if isinstance(authorized, Rejected):
-        return authorized
-    projection, authority = authorized
-    plan = _plan_associations(ctx, action)
-    if isinstance(plan, Rejected):
-        return plan.model_copy(update={"link_key": key})
-    if plan.missing_update_only:
-        detail = f"update-only targets not finalized: {list(plan.missing_update_only)}"
-        return Rejected(reason=R.ASSOCIATION_TARGET_MISSING, detail=detail, link_key=key)
+    prepared = _authorize_and_plan(ctx, key, action)
+    if isinstance(prepared, Rejected):
+        return prepared
+    projection, authority, plan = prepared
     request = freeze_create_request(
         action=action,
         destination=destination,
@@ -319,16 +330,10 @@ def _decide_patch(ctx: AdmissionContext, key: str, link: LinkSnapshot) -> PatchQ
     if fails_closed(list(findings)):
         return Rejected(reason=R.DRIFT_FAIL_CLOSED, link_key=key, findings=findings)
     action, destination, _ = ctx.active.require()
-    authorized = _authorize(ctx, key, action)
-    if isinstance(authorized, Rejected):
-        return authorized
-    projection, authority = authorized
-    plan = _plan_associations(ctx, action)
-    if isinstance(plan, Rejected):
-        return plan.model_copy(update={"link_key": key})
-    if plan.missing_update_only:
-        detail = f"update-only targets not finalized: {list(plan.missing_update_only)}"
-        return Rejected(reason=R.ASSOCIATION_TARGET_MISSING, detail=detail, link_key=key)
+    prepared = _authorize_and_plan(ctx, key, action)
+    if isinstance(prepared, Rejected):
+        return prepared
+    projection, authority, plan = prepared
     request = build_patch_request(
         action=action,
         target_object=destination.target_object,
