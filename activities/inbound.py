@@ -41,6 +41,7 @@ def event_view(row: Record) -> EventView:
         status_reason=row["status_reason"],
         target_object=row["target_object"],
         remote_object_id=row["remote_object_id"],
+        remote_scope=row["remote_scope"],
     )
 
 
@@ -70,8 +71,11 @@ class InboundActivities:
                 and event.handler == InboundHandler.REMOTE_DELETION.value
                 and event.target_object is not None
                 and event.remote_object_id is not None
+                and event.remote_scope is not None
             ):
-                links = await q.owning_links(conn, event.target_object, event.remote_object_id)
+                links = await q.owning_links(
+                    conn, event.target_object, event.remote_object_id, event.remote_scope
+                )
         return ClassifiedEvent(event=event, plan=plan_event(event, links))
 
     @activity.defn

@@ -12,13 +12,13 @@ from asyncpg import Record
 from db.ingress_queries import Conn
 
 SELECT_EVENT = """
-SELECT event_id, handler, status, status_reason, target_object, remote_object_id
+SELECT event_id, handler, status, status_reason, target_object, remote_object_id, remote_scope
 FROM connector_event WHERE event_id = $1
 """
 
 OWNING_LINKS = """
 SELECT link_key FROM connector_remote_link
-WHERE target_object = $1 AND remote_id = $2 AND status = 'finalized'
+WHERE target_object = $1 AND remote_id = $2 AND remote_scope = $3 AND status = 'finalized'
 ORDER BY link_key
 """
 
@@ -40,10 +40,10 @@ FROM workflow_action_execution WHERE execution_id = $1
 INSERT_EXECUTION_EVENT = """
 INSERT INTO connector_event (
     event_id, endpoint, event_type, handler, payload, first_receipt_id,
-    target_object, remote_object_id
+    target_object, remote_object_id, remote_scope
 )
 SELECT execution_id, endpoint, 'action:' || action_id, coalesce(handler, 'unrouted'), payload,
-       receipt_id, target_object, remote_object_id
+       receipt_id, target_object, remote_object_id, remote_scope
 FROM workflow_action_execution WHERE execution_id = $1
 ON CONFLICT (event_id) DO NOTHING
 """
@@ -85,9 +85,12 @@ async def select_event(conn: Conn, event_id: str) -> Record | None:
     return await conn.fetchrow(SELECT_EVENT, event_id)
 
 
-async def owning_links(conn: Conn, target_object: str, remote_id: str) -> list[str]:
-    """Finalized links whose remote object is (`target_object`, `remote_id`)."""
-    return [str(r["link_key"]) for r in await conn.fetch(OWNING_LINKS, target_object, remote_id)]
+async def owning_links(
+    conn: Conn, target_object: str, remote_id: str, remote_scope: str
+) -> list[str]:
+    """Finalized links whose remote object is (`target_object`, `remote_id`) in that scope."""
+    rows = await conn.fetch(OWNING_LINKS, target_object, remote_id, remote_scope)
+    return [str(r["link_key"]) for r in rows]
 
 
 async def settle_event(conn: Conn, event_id: str, status: str, reason: str) -> bool:

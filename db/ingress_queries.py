@@ -22,6 +22,7 @@ class EventRow(NamedTuple):
     first_receipt_id: str
     target_object: str | None = None
     remote_object_id: str | None = None
+    remote_scope: str | None = None
 
 
 class ReceiptRow(NamedTuple):
@@ -51,15 +52,17 @@ class ActionExecutionRow(NamedTuple):
     handler: str | None = None
     target_object: str | None = None
     remote_object_id: str | None = None
+    remote_scope: str | None = None
 
 
 INSERT_EVENTS = """
 INSERT INTO connector_event (
     event_id, endpoint, event_type, handler, payload, first_receipt_id,
-    target_object, remote_object_id
+    target_object, remote_object_id, remote_scope
 )
 SELECT * FROM unnest(
-    $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]
+    $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+    $9::text[]
 )
 ON CONFLICT (event_id) DO NOTHING
 RETURNING event_id
@@ -81,11 +84,11 @@ ADMIT_EVENTS = """
 WITH new_events AS (
     INSERT INTO connector_event (
         event_id, endpoint, event_type, handler, payload, first_receipt_id,
-        target_object, remote_object_id
+        target_object, remote_object_id, remote_scope
     )
     SELECT * FROM unnest(
         $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-        $8::text[]
+        $8::text[], $9::text[]
     )
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id
@@ -93,7 +96,7 @@ WITH new_events AS (
     INSERT INTO ingress_receipt
         (receipt_id, endpoint, request_id, event_id, event_type, attempt, payload)
     SELECT * FROM unnest(
-        $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[]
+        $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[]
     )
     ON CONFLICT (receipt_id) DO NOTHING
 )
@@ -103,8 +106,8 @@ SELECT event_id FROM new_events
 INSERT_ACTION_EXECUTION = """
 INSERT INTO workflow_action_execution
     (execution_id, endpoint, callback_id, action_id, receipt_id, payload, expires_at,
-     handler, target_object, remote_object_id)
-VALUES ($1, $2, $3, $4, $5, $6, now() + $7::interval, $8, $9, $10)
+     handler, target_object, remote_object_id, remote_scope)
+VALUES ($1, $2, $3, $4, $5, $6, now() + $7::interval, $8, $9, $10, $11)
 ON CONFLICT DO NOTHING
 RETURNING expires_at
 """

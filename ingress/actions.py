@@ -15,7 +15,7 @@ from typing import Final
 from db.ingress_queries import ActionExecutionRow, ReceiptRow
 from ingress.admission import Admitter
 from ingress.errors import Rejection
-from ingress.webhook import remote_object_id
+from ingress.webhook import remote_object_id, remote_scope
 from protocol.event_identity import (
     IdentityError,
     JsonError,
@@ -101,6 +101,7 @@ def _execution_row(
         route.handler.value if route else None,
         route.target_object if route else None,
         remote_object_id(route, execution) if route else None,
+        remote_scope(route, execution) if route else None,
     )
 
 

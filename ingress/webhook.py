@@ -58,6 +58,16 @@ def remote_object_id(route: InboundRoute, event: Mapping[str, object]) -> str | 
     return value if isinstance(value, str) and value else None
 
 
+def remote_scope(route: InboundRoute, event: Mapping[str, object]) -> str | None:
+    """The links' remote scope for the event's account, or None when it is not mapped."""
+    if route.scope_path is None:
+        return None
+    value = lookup(event, route.scope_path)
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        value = str(int(value))
+    return route.remote_scopes.get(value) if isinstance(value, str) else None
+
+
 def _add_event(
     plan: AdmissionPlan, endpoint: WebhookEndpoint, event: Mapping[str, object], request_id: str
 ) -> None:
@@ -93,6 +103,7 @@ def _add_event(
                 receipt_id,
                 route.target_object,
                 remote_object_id(route, event),
+                remote_scope(route, event),
             )
         )
     plan.correlations.append({"receiptId": receipt_id, "eventId": routed_id})

@@ -80,6 +80,7 @@ class EventReason(StrEnum):
     NO_HANDLER = "no_handler"
     MISSING_OBJECT_ID = "missing_object_id"
     MISSING_TARGET_OBJECT = "missing_target_object"
+    UNMAPPED_REMOTE_SCOPE = "unmapped_remote_scope"
     PROCESSING_FAILED = "processing_failed"
 
 
@@ -92,6 +93,7 @@ class EventView(Message):
     status_reason: str | None = None
     target_object: str | None = None
     remote_object_id: str | None = None
+    remote_scope: str | None = None
 
 
 class PlanKind(StrEnum):
@@ -116,6 +118,10 @@ def _remote_deletion(event: EventView, owning_links: Sequence[str]) -> EventPlan
         return _settle(EventStatus.DEAD, EventReason.MISSING_OBJECT_ID)
     if event.target_object is None:
         return _settle(EventStatus.DEAD, EventReason.MISSING_TARGET_OBJECT)
+    if event.remote_scope is None:
+        # The account is not mapped to a remote scope: suspending by object id alone
+        # could hit another account's link (fail closed: suspend nothing).
+        return _settle(EventStatus.SKIPPED, EventReason.UNMAPPED_REMOTE_SCOPE)
     if not owning_links:
         return _settle(EventStatus.SKIPPED, EventReason.NO_FINALIZED_LINK)
     return EventPlan(

@@ -74,6 +74,20 @@ class InboundRoute(_Strict):
     target_object: str | None = None
     # Where the remote object id sits in the event.
     object_id_path: Annotated[str, Field(min_length=1)] = "objectId"
+    # Where the remote account sits in the event (e.g. `portalId`), and which links'
+    # `remote_scope` each account is: object ids are unique only within an account.
+    scope_path: Annotated[str, Field(min_length=1)] | None = None
+    remote_scopes: dict[str, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _deletion_is_scoped(self) -> Self:
+        # Fail closed: a deletion that cannot be scoped could suspend another
+        # account's link that happens to share the object id.
+        if self.handler is InboundHandler.REMOTE_DELETION and not (
+            self.scope_path and self.remote_scopes
+        ):
+            raise ValueError("a remote_deletion route needs scope_path and remote_scopes")
+        return self
 
     @model_validator(mode="before")
     @classmethod

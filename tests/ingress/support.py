@@ -46,6 +46,15 @@ ACTION_ROUTE = {
     "handler": "remote_deletion",
     "target_object": "contacts",
     "object_id_path": "object.objectId",
+    "scope_path": "origin.portalId",
+    "remote_scopes": {"42": "sandbox-portal"},
+}
+# Webhook deletions: portal 42 is the demo pack's remote scope.
+DELETION_ROUTE = {
+    "handler": "remote_deletion",
+    "target_object": "contacts",
+    "scope_path": "portalId",
+    "remote_scopes": {"42": "sandbox-portal"},
 }
 
 
@@ -69,7 +78,7 @@ def policy_document(
         "event_type_field": "subscriptionType",
         "identity": IDENTITY,
         "routes": {
-            "contact.deletion": {"handler": "remote_deletion", "target_object": "contacts"},
+            "contact.deletion": DELETION_ROUTE,
             "contact.propertyChange": "remote_property_change",
         },
     }

@@ -104,3 +104,13 @@ def test_readback_shows_modes_and_secret_presence_but_no_secret(tmp_path: Path) 
 def test_example_policy_loads() -> None:
     policy = parse_policy(Path("examples/ingress.yaml").read_text())
     assert policy.ack_drop_endpoints == frozenset()
+
+
+def test_a_deletion_route_must_say_how_to_scope_its_object_ids() -> None:
+    document = policy_document()
+    document["endpoints"][0]["routes"]["contact.deletion"] = {
+        "handler": "remote_deletion",
+        "target_object": "contacts",
+    }
+    with pytest.raises(ConfigError, match="scope_path and remote_scopes"):
+        parse_policy(yaml.safe_dump(document))

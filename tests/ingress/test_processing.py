@@ -82,9 +82,11 @@ async def test_events_no_link_owns_are_skipped_and_leave_links_alone(
         propertyValue="new@example.test",
     )
     unowned = unique_event(object_id=int(remote_id) + 1000)
+    # The same object id in another portal is another object: it suspends nothing.
+    other_portal = unique_event(object_id=int(remote_id), portalId=43)
     temporal = (stack.client, stack.task_queue)
     async with live_server(make_config(), db_dsn, temporal=temporal, relay=False) as live:
-        response = await post(live, [change, unowned])
+        response = await post(live, [change, unowned, other_portal])
         assert response.status_code == 202
         ids = [r["eventId"] for r in response.json()["receipts"]]
         rows = [await settled(stack.pool, event_id) for event_id in ids]
@@ -92,6 +94,7 @@ async def test_events_no_link_owns_are_skipped_and_leave_links_alone(
     assert [(r["status"], r["status_reason"]) for r in rows] == [
         ("skipped", "no_inbound_mapping"),
         ("skipped", "no_finalized_link"),
+        ("skipped", "unmapped_remote_scope"),
     ]
     link = await stack.link(contact_key("c-002"))
     assert link is not None and link["status"] == "finalized"

@@ -52,6 +52,7 @@ def deletion(**fields: object) -> EventView:
         "status": EventStatus.ADMITTED,
         "target_object": "contacts",
         "remote_object_id": "1001",
+        "remote_scope": "sandbox-portal",
     }
     return EventView.model_validate(base | fields)
 
@@ -70,6 +71,11 @@ def deletion(**fields: object) -> EventView:
             deletion(target_object=None),
             ["lk1_a"],
             (PlanKind.SETTLE, EventStatus.DEAD, EventReason.MISSING_TARGET_OBJECT),
+        ),
+        (
+            deletion(remote_scope=None),
+            ["lk1_a"],
+            (PlanKind.SETTLE, EventStatus.SKIPPED, EventReason.UNMAPPED_REMOTE_SCOPE),
         ),
         (
             deletion(handler="remote_property_change"),
