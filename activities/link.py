@@ -287,7 +287,7 @@ class LinkActivities(LinkActivityBase):
                         conn, plan.attempt_id, plan.token, remote_id, response
                     )
                     view = await self._view(conn, key)
-                    waiting = await self._dependants(conn, key)
+                    waiting = await self._dependants(conn, view)
                     log.info(
                         "create finalized with remote id %s",
                         remote_id,

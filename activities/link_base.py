@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.hooks import DispatchHooks
-from activities.rows import link_view
+from activities.rows import view_of
 from db import links as q
 from db.records import Conn
 from protocol.errors import ActivityErrorType as E
@@ -57,21 +57,12 @@ class LinkActivityBase:
         return StepResult(kind=kind, view=view)
 
     @staticmethod
-    async def _dependants(conn: Conn, key: str) -> list[str]:
+    async def _dependants(conn: Conn, view: LinkView) -> list[str]:
         """Deferred creates waiting on this newly finalized link (LANE-2)."""
-        link = await q.link_by_key(conn, key)
-        if link is None:
+        if view.connector_owner_key is None or view.source_record_id is None:
             return []
-        return await q.deferred_dependants(
-            conn, link["connector_owner_key"], link["source_record_id"]
-        )
+        return await q.deferred_dependants(conn, view.connector_owner_key, view.source_record_id)
 
     @staticmethod
     async def _view(conn: Conn, key: str) -> LinkView:
-        return link_view(
-            key,
-            await q.link_by_key(conn, key),
-            await q.latest_attempt(conn, key),
-            await q.pending_patch_statuses(conn, key),
-            await q.last_patch_status(conn, key),
-        )
+        return view_of(key, await q.view_rows(conn, key))

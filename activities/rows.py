@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
@@ -21,6 +22,9 @@ from protocol.snapshots import (
     WritebackSnapshot,
 )
 from protocol.states import AttemptStatus, LinkStatus, PatchStatus
+
+# A database row or the same columns decoded from JSON (`db.links.view_rows`).
+RowLike = Mapping[str, Any] | asyncpg.Record
 
 
 def jsonb(value: Any) -> Any:
@@ -179,8 +183,8 @@ def request_of(attempt: asyncpg.Record) -> CreateRequestSnapshot:
 
 def link_view(
     link_key: str,
-    link: asyncpg.Record | None,
-    attempt: asyncpg.Record | None,
+    link: RowLike | None,
+    attempt: RowLike | None,
     patches: list[str] | None = None,
     last_patch: str | None = None,
 ) -> LinkView:
@@ -191,6 +195,7 @@ def link_view(
         connector_owner_key=source["connector_owner_key"] if source else None,
         destination_slot_id=source["destination_slot_id"] if source else None,
         source_object=source["source_object"] if source else None,
+        source_record_id=source["source_record_id"] if source else None,
         link_status=LinkStatus(link["status"]) if link else None,
         remote_id=link["remote_id"] if link else (attempt["remote_id"] if attempt else None),
         attempt_id=str(attempt["attempt_id"]) if attempt else None,
@@ -201,4 +206,15 @@ def link_view(
         pending_patches=[PatchStatus(p) for p in patches or []],
         suspend_reason=link["suspend_reason"] if link else None,
         last_patch_status=PatchStatus(last_patch) if last_patch else None,
+    )
+
+
+def view_of(link_key: str, row: asyncpg.Record) -> LinkView:
+    """`link_view` from the single-statement `db.links.view_rows` answer."""
+    return link_view(
+        link_key,
+        jsonb(row["link"]),
+        jsonb(row["attempt"]),
+        list(row["pending_patches"]),
+        row["last_patch"],
     )

@@ -46,16 +46,6 @@ async def attempt_by_id(conn: Conn, attempt_id: str) -> Row | None:
     )
 
 
-async def latest_attempt(conn: Conn, link_key: str) -> Row | None:
-    return await conn.fetchrow(
-        """
-        SELECT * FROM connector_push_attempt WHERE link_key = $1
-        ORDER BY attempt_ordinal DESC LIMIT 1
-        """,
-        link_key,
-    )
-
-
 async def link_by_key(conn: Conn, link_key: str) -> Row | None:
     return await conn.fetchrow(
         "SELECT * FROM connector_remote_link WHERE link_key = $1 FOR UPDATE", link_key
@@ -238,34 +228,11 @@ async def supersede_attempt(conn: Conn, attempt_id: str, superseded_by: str | No
     return row is not None
 
 
-async def pending_patch_statuses(conn: Conn, link_key: str) -> list[str]:
-    rows = await conn.fetch(
-        """
-        SELECT status FROM connector_patch_dispatch
-        WHERE link_key = $1 AND status IN ('pending', 'processing') ORDER BY created_at
-        """,
-        link_key,
-    )
-    return [r["status"] for r in rows]
-
-
 def _param(value: Any) -> Any:
     """jsonb columns take JSON text; everything else passes through."""
     if isinstance(value, (dict, list)):
         return json.dumps(value)
     return value
-
-
-async def last_patch_status(conn: Conn, link_key: str) -> str | None:
-    status: str | None = await conn.fetchval(
-        """
-        SELECT status FROM connector_patch_dispatch
-        WHERE link_key = $1 AND status NOT IN ('pending', 'superseded')
-        ORDER BY updated_at DESC LIMIT 1
-        """,
-        link_key,
-    )
-    return status
 
 
 async def freeze_completed_request(
@@ -305,3 +272,30 @@ async def deferred_dependants(conn: Conn, owner_key: str, source_record_id: str)
         source_record_id,
     )
     return [r["link_key"] for r in rows]
+
+
+async def view_rows(conn: Conn, link_key: str) -> Row:
+    """In one round trip: the link, its newest attempt, queued PATCHes, the last PATCH."""
+    row = await conn.fetchrow(
+        """
+        SELECT
+          (SELECT row_to_json(l) FROM (
+             SELECT status, remote_id, connector_owner_key, destination_slot_id, source_object,
+                    source_record_id, suspend_reason
+             FROM connector_remote_link WHERE link_key = $1) l) AS link,
+          (SELECT row_to_json(a) FROM (
+             SELECT attempt_id, status, attempt_ordinal, dispatch_lane, last_error, remote_id,
+                    connector_owner_key, destination_slot_id, source_object, source_record_id
+             FROM connector_push_attempt WHERE link_key = $1
+             ORDER BY attempt_ordinal DESC LIMIT 1) a) AS attempt,
+          ARRAY(SELECT status FROM connector_patch_dispatch
+                WHERE link_key = $1 AND status IN ('pending', 'processing')
+                ORDER BY created_at) AS pending_patches,
+          (SELECT status FROM connector_patch_dispatch
+           WHERE link_key = $1 AND status NOT IN ('pending', 'superseded')
+           ORDER BY updated_at DESC LIMIT 1) AS last_patch
+        """,
+        link_key,
+    )
+    assert row is not None
+    return row

@@ -67,6 +67,7 @@ class LinkView(Message):
     connector_owner_key: str | None = None
     destination_slot_id: str | None = None
     source_object: str | None = None
+    source_record_id: str | None = None
     link_status: LinkStatus | None = None
     remote_id: str | None = None
     attempt_id: str | None = None
