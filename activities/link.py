@@ -374,7 +374,9 @@ class LinkActivities(LinkActivityBase):
         give_up = activity.info().attempt >= MIRROR_ATTEMPTS
         async with self._tx(input.link_key) as conn:
             await q.lock_link_key(conn, input.link_key)
-            kind = await write_mirror_now(conn, input.attempt_id, give_up=give_up)
+            attempt = await q.attempt_by_id(conn, input.attempt_id)
+            assert attempt is not None, "attempts are never deleted"
+            kind = await write_mirror_now(conn, attempt, give_up=give_up)
             view = await self._view(conn, input.link_key)
         if kind is None:
             raise ApplicationError(

@@ -34,7 +34,7 @@ async def finalize_with_mirror(
 ) -> StepKind:
     """In the caller's transaction: response + remote id, `finalized` link, writeback_pending,
     then the mirror and `finalized` when the CAS applies. ID-4 violations propagate."""
-    moved = await q.move_attempt(
+    attempt = await q.move_attempt(
         conn,
         attempt_id,
         list(expected),
@@ -43,48 +43,54 @@ async def finalize_with_mirror(
         response=response,
         remote_id=remote_id,
     )
-    if not moved:
+    if attempt is None:
         raise ApplicationError(
             "attempt moved under this claim",
             type=ActivityErrorType.TRANSITION_CONFLICT.value,
             non_retryable=True,
         )
-    attempt = await q.attempt_by_id(conn, attempt_id)
-    assert attempt is not None
     with invariant_errors():
         await q.insert_link(conn, link_values(attempt, remote_id))
-    kind = await write_mirror_now(conn, attempt_id, give_up=False)
+    kind = await write_mirror_now(conn, attempt, give_up=False)
     return kind or StepKind.WRITEBACK_PENDING
 
 
-async def write_mirror_now(conn: Conn, attempt_id: str, *, give_up: bool) -> StepKind | None:
-    """Mirror a `writeback_pending` attempt; None when the CAS conflicted (retry later)."""
-    attempt = await q.attempt_by_id(conn, attempt_id)
-    assert attempt is not None
+async def write_mirror_now(
+    conn: Conn, attempt: asyncpg.Record, *, give_up: bool
+) -> StepKind | None:
+    """Mirror a `writeback_pending` attempt (its row locked by the caller); None when the
+    CAS conflicted (retry later)."""
     if attempt["status"] != "writeback_pending":
         return StepKind.FINALIZED if attempt["status"] == "finalized" else StepKind.PARKED
     status = await _mirror(conn, attempt, give_up)
     if status is None:
         return None
-    await q.set_mirror_status(conn, attempt_id, attempt["link_key"], status.value)
-    moved = await q.move_attempt(conn, attempt_id, ["writeback_pending"], "finalized")
-    assert moved, "attempt row is locked by this transaction"
+    await q.set_link_mirror_status(conn, attempt["link_key"], status.value)
+    moved = await q.move_attempt(
+        conn,
+        str(attempt["attempt_id"]),
+        ["writeback_pending"],
+        "finalized",
+        mirror_status=status.value,
+    )
+    assert moved is not None, "attempt row is locked by this transaction"
     return StepKind.FINALIZED
 
 
 async def _mirror(conn: Conn, attempt: asyncpg.Record, give_up: bool) -> MirrorStatus | None:
     wb = writeback_of(attempt)
     store = PostgresRecordStore(conn)
-    if not await store.exists(wb.source_object, wb.source_record_id):
-        return MirrorStatus.SKIPPED_SOURCE_DELETED  # keep the evidence; never recreate (POST-3)
     new = {wb.remote_id_field: attempt["remote_id"], wb.provenance_field: attempt["link_key"]}
     expected = {
         wb.remote_id_field: wb.expected_remote_id,
         wb.provenance_field: wb.expected_provenance,
     }
+    # The CAS never writes a deleted or missing record, so the happy path is one statement.
     if await store.compare_and_set_mirror(wb.source_object, wb.source_record_id, expected, new):
         return MirrorStatus.WRITTEN
     record = await store.read_record(wb.source_object, wb.source_record_id)
-    if record is not None and all(record.fields.get(f) == v for f, v in new.items()):
+    if record is None or record.deleted:
+        return MirrorStatus.SKIPPED_SOURCE_DELETED  # keep the evidence; never recreate (POST-3)
+    if all(record.fields.get(f) == v for f, v in new.items()):
         return MirrorStatus.WRITTEN  # an earlier try already wrote it
     return MirrorStatus.SKIPPED if give_up else None

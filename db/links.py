@@ -139,18 +139,20 @@ async def move_attempt(
     last_error: str | None = None,
     response: dict[str, Any] | None = None,
     remote_id: str | None = None,
-) -> bool:
-    """Compare-and-set an attempt's status (and fencing token when given)."""
-    row = await conn.fetchval(
+    mirror_status: str | None = None,
+) -> Row | None:
+    """Compare-and-set an attempt's status (and fencing token when given); the moved row."""
+    return await conn.fetchrow(
         """
         UPDATE connector_push_attempt
         SET status = $3,
             last_error = COALESCE($5, last_error),
             response_snapshot = COALESCE($6::jsonb, response_snapshot),
-            remote_id = COALESCE($7, remote_id)
+            remote_id = COALESCE($7, remote_id),
+            mirror_status = COALESCE($8, mirror_status)
         WHERE attempt_id = $1 AND status = ANY($2::text[])
           AND ($4::uuid IS NULL OR claim_token = $4)
-        RETURNING 1
+        RETURNING *
         """,
         uuid.UUID(attempt_id),
         expected,
@@ -159,8 +161,8 @@ async def move_attempt(
         last_error,
         json.dumps(response) if response is not None else None,
         remote_id,
+        mirror_status,
     )
-    return row is not None
 
 
 async def record_operator(
@@ -178,12 +180,7 @@ async def record_operator(
     )
 
 
-async def set_mirror_status(conn: Conn, attempt_id: str, link_key: str, status: str) -> None:
-    await conn.execute(
-        "UPDATE connector_push_attempt SET mirror_status = $2 WHERE attempt_id = $1",
-        uuid.UUID(attempt_id),
-        status,
-    )
+async def set_link_mirror_status(conn: Conn, link_key: str, status: str) -> None:
     await conn.execute(
         "UPDATE connector_remote_link SET mirror_status = $2 WHERE link_key = $1",
         link_key,
