@@ -77,7 +77,9 @@ async def admit_locked(
     ctx, active = await load_context(
         conn, key, save, now=now, idempotency_key=idempotency_key, locator_value=locator_value
     )
-    return await _record(conn, key, save, _drift_first(ctx, active, decide_admission(ctx)))
+    decision = _drift_first(ctx, active, decide_admission(ctx))
+    next_ordinal = 1 + max((a.attempt_ordinal for a in ctx.attempts), default=0)
+    return await _record(conn, key, save, decision, next_ordinal)
 
 
 def _drift_first(
@@ -106,7 +108,7 @@ def _drift_first(
 
 
 async def _record(
-    conn: Conn, key: str, save: SaveRequest, decision: AdmissionDecision
+    conn: Conn, key: str, save: SaveRequest, decision: AdmissionDecision, ordinal: int
 ) -> AdmissionDecision:
     if isinstance(decision, PatchQueued):
         await patches_q.queue_patch(conn, key, save.originating_user_id)
@@ -119,9 +121,6 @@ async def _record(
         return decision
     if not isinstance(decision, CreateReserved | DeferredAssociationReserved):
         return decision
-    ordinal = 1 + max(
-        (a["attempt_ordinal"] for a in await q.attempt_statuses(conn, key)), default=0
-    )
     try:
         with invariant_errors():
             attempt_id = await q.insert_attempt(conn, attempt_values(decision.reservation, ordinal))

@@ -109,8 +109,17 @@ async def apply_pack(
     )
 
 
+# An install's manifest, lineage and ancestors never change once written, so the
+# parsed install is cached by its id; only "which install is active" is read per call.
+_INSTALLS: dict[str, ActivePack] = {}
+_INSTALLS_MAX = 64
+
+
 async def _active_pack(conn: Conn, row: q.PackInstallRow) -> ActivePack:
-    return ActivePack(
+    cached = _INSTALLS.get(row.pack_install_id)
+    if cached is not None:
+        return cached
+    pack = ActivePack(
         pack_install_id=row.pack_install_id,
         connector_owner_key=row.connector_owner_key,
         manifest_digest=row.manifest_digest,
@@ -119,6 +128,10 @@ async def _active_pack(conn: Conn, row: q.PackInstallRow) -> ActivePack:
         lineage=tuple(await q.select_lineage(conn, row.pack_install_id)),
         ancestors=tuple(await q.select_install_ancestors(conn, row.pack_install_id)),
     )
+    if len(_INSTALLS) >= _INSTALLS_MAX:
+        _INSTALLS.clear()
+    _INSTALLS[row.pack_install_id] = pack
+    return pack
 
 
 async def get_active_pack(conn: Conn, owner_key: str) -> ActivePack | None:
