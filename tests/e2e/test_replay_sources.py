@@ -8,25 +8,12 @@ that breaks determinism of LinkWorkflow fails CI. Re-record only on purpose:
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from temporalio.client import WorkflowHandle
-
 from protocol.messages import ReconcileInput
 from sandbox.faults import FaultRuleSpec
 from tests.e2e.conftest import Stack, company_key, contact_key
 from tests.e2e.support import eventually
+from tests.replay.record import keep_history
 from workflows.link import LinkWorkflow
-
-HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
-
-
-async def keep_history(handle: WorkflowHandle[LinkWorkflow, object], name: str) -> None:
-    if os.environ.get("RECORD_HISTORIES") != "1":
-        return
-    history = await handle.fetch_history()
-    (HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
 async def test_happy_path_then_patch(stack: Stack) -> None:

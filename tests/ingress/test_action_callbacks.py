@@ -28,6 +28,7 @@ from tests.ingress.support import (
     policy_document,
     signed_headers,
 )
+from tests.replay.record import keep_history
 from workflows.search_attributes import NEEDS_OPERATOR
 
 PATH = "/actions/crm"
@@ -113,6 +114,9 @@ async def test_processed_completes_success_once_after_a_5xx(live: Live, stack: S
     )
     assert event is not None and event["status"] == "processed"
     assert await stack.pool.fetchval("SELECT count(*) FROM workflow_action_execution") == 1
+    client = stack.client
+    await keep_history(client.get_workflow_handle(action_workflow_id(callback_id)), "action_5xx")
+    await keep_history(client.get_workflow_handle(f"event/{row['event_id']}"), "action_event")
 
 
 @pytest.mark.parametrize(

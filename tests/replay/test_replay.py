@@ -1,4 +1,4 @@
-"""Committed LinkWorkflow histories replay against today's code (STYLE rule 8).
+"""Committed workflow histories replay against today's code (STYLE rule 8).
 
 A non-deterministic change to the workflow (a new activity or timer in an
 existing path without `workflow.patched`) fails here. The histories are
@@ -16,6 +16,8 @@ from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from worker.runtime import PASSTHROUGH_MODULES
+from workflows.action_callback import ActionCallbackWorkflow
+from workflows.inbound import InboundEventWorkflow
 from workflows.link import LinkWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -23,7 +25,12 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_histories_are_committed() -> None:
     names = {path.stem for path in HISTORIES}
-    assert {"happy_path_then_patch", "ambiguous_then_reconcile"} <= names
+    assert {
+        "happy_path_then_patch",
+        "ambiguous_then_reconcile",
+        "action_5xx",
+        "action_event",
+    } <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
@@ -31,7 +38,7 @@ async def test_history_replays_deterministically(path: Path) -> None:
     history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     replayer = Replayer(
-        workflows=[LinkWorkflow],
+        workflows=[LinkWorkflow, InboundEventWorkflow, ActionCallbackWorkflow],
         data_converter=pydantic_data_converter,
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
     )
