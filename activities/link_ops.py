@@ -38,8 +38,11 @@ class LinkOpsActivities(LinkActivityBase):
         if not plan.checkpointed:
             async with self._pool.acquire() as conn:
                 if not await pq.checkpoint_patch(conn, plan.patch_id, plan.token):
-                    raise fail(E.TRANSITION_CONFLICT, "PATCH claim lost; sent nothing",
-                                await self._view(conn, key))  # fmt: skip
+                    raise fail(
+                        E.TRANSITION_CONFLICT,
+                        "PATCH claim lost; sent nothing",
+                        await self._view(conn, key),
+                    )
         activity.heartbeat()
         obs = await remote.send(
             self._http,

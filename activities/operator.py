@@ -174,7 +174,10 @@ async def park_in_flight(conn: Conn, link_key: str, error: str) -> None:
         sent = attempt["remote_io_started_at"] is not None or attempt["status"] == "post_sent"
         target = "ambiguous_remote_effect" if sent else "terminal_failed"
         await q.move_attempt(
-            conn, str(attempt["attempt_id"]), [attempt["status"]], target,
+            conn,
+            str(attempt["attempt_id"]),
+            [attempt["status"]],
+            target,
             last_error=f"retries exhausted: {error}",
-        )  # fmt: skip
+        )
     await pq.park_in_flight_patch(conn, link_key, f"retries exhausted: {error}")

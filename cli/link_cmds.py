@@ -92,10 +92,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Report a record save as the CRM would (WF-2): admission, then wake the workflow."""
         save = SaveRequest(
-            connector_owner_key=owner_key, action_slot_id=action_slot,
-            destination_slot_id=destination_slot, source_object=source_object,
-            source_record_id=record_id, originating_user_id=user,
-        )  # fmt: skip
+            connector_owner_key=owner_key,
+            action_slot_id=action_slot,
+            destination_slot_id=destination_slot,
+            source_object=source_object,
+            source_record_id=record_id,
+            originating_user_id=user,
+        )
         decision = asyncio.run(_save(resolve_dsn(database_url), save))
         data = _DECISION.dump_python(decision, mode="json")
         if as_json:
