@@ -108,7 +108,9 @@ async def _supersede(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
     decision = await admit_locked(conn, input.link_key, save, key, f"cp-{key}", input.accepted_at)
     if not isinstance(decision, CreateReserved | DeferredAssociationReserved):
         reason = getattr(decision, "reason", decision.kind)
-        raise _refuse(f"superseded, but the next attempt was not admitted: {reason}")
+        # Raised inside the transaction: the supersede itself rolls back too.
+        refused = f"not superseded: the next attempt would be refused ({reason}); nothing changed"
+        raise _refuse(refused)
     new = await q.occupying_attempt(conn, input.link_key)
     assert new is not None
     await conn.execute(
