@@ -14,13 +14,14 @@ Rules kept in this module:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Final
 
 from protocol.ingress_policy import InboundHandler
 from protocol.messages import Message
-from protocol.states import ProtocolError
+from protocol.states import EVENT_TRANSITIONS, check_transition
+from protocol.states import EventStatus as EventStatus  # re-exported: one home in states
 
 INBOUND_EVENT_WORKFLOW: Final = "InboundEventWorkflow"
 LINK_WORKFLOW: Final = "LinkWorkflow"
@@ -37,24 +38,8 @@ def link_workflow_id(link_key: str) -> str:
     return f"link/{link_key}"
 
 
-class EventStatus(StrEnum):
-    ADMITTED = "admitted"
-    PROCESSED = "processed"
-    SKIPPED = "skipped"
-    DEAD = "dead"
-
-
-EVENT_TRANSITIONS: Final[Mapping[EventStatus, frozenset[EventStatus]]] = {
-    EventStatus.ADMITTED: frozenset({EventStatus.PROCESSED, EventStatus.SKIPPED, EventStatus.DEAD}),
-    EventStatus.PROCESSED: frozenset(),
-    EventStatus.SKIPPED: frozenset(),
-    EventStatus.DEAD: frozenset(),
-}
-
-
 def check_event_transition(source: EventStatus, target: EventStatus) -> None:
-    if target not in EVENT_TRANSITIONS[source]:
-        raise ProtocolError(f"connector_event: illegal transition {source} -> {target}")
+    check_transition("event", EVENT_TRANSITIONS, source, target)
 
 
 class InboundErrorType(StrEnum):

@@ -48,6 +48,15 @@ class PatchStatus(StrEnum):
     SUPERSEDED = "superseded"
 
 
+class EventStatus(StrEnum):
+    """An admitted inbound event (ING-6): processed exactly once in effect."""
+
+    ADMITTED = "admitted"
+    PROCESSED = "processed"
+    SKIPPED = "skipped"
+    DEAD = "dead"
+
+
 class DispatchLane(StrEnum):
     """Lanes this runtime recognises (LANE-1). The column accepts any text so an
     unknown lane can be left untouched rather than rejected or normalised."""
@@ -110,6 +119,13 @@ PATCH_TRANSITIONS: Final[Mapping[PatchStatus, frozenset[PatchStatus]]] = {
     PatchStatus.SUPERSEDED: frozenset(),
 }
 
+EVENT_TRANSITIONS: Final[Mapping[EventStatus, frozenset[EventStatus]]] = {
+    EventStatus.ADMITTED: frozenset({EventStatus.PROCESSED, EventStatus.SKIPPED, EventStatus.DEAD}),
+    EventStatus.PROCESSED: frozenset(),
+    EventStatus.SKIPPED: frozenset(),
+    EventStatus.DEAD: frozenset(),
+}
+
 LINK_INITIAL: Final = LinkStatus.FINALIZED
 ATTEMPT_INITIAL: Final = AttemptStatus.PENDING
 PATCH_INITIAL: Final = PatchStatus.PENDING
@@ -124,6 +140,7 @@ LIFECYCLES: Final = {
     "link": ("connector_remote_link", LinkStatus, LINK_TRANSITIONS, LINK_INITIAL),
     "attempt": ("connector_push_attempt", AttemptStatus, ATTEMPT_TRANSITIONS, ATTEMPT_INITIAL),
     "patch": ("connector_patch_dispatch", PatchStatus, PATCH_TRANSITIONS, PATCH_INITIAL),
+    "event": ("connector_event", EventStatus, EVENT_TRANSITIONS, EventStatus.ADMITTED),
 }
 
 

@@ -14,7 +14,12 @@ import asyncpg
 from protocol.states import LIFECYCLES
 
 # lifecycle -> primary-key column of its table
-KEY_COLUMN = {"link": "link_key", "attempt": "attempt_id", "patch": "patch_id"}
+KEY_COLUMN = {
+    "link": "link_key",
+    "attempt": "attempt_id",
+    "patch": "patch_id",
+    "event": "event_id",
+}
 
 _SNAPSHOTS = {
     "connector_namespace": "acme",
@@ -135,10 +140,36 @@ async def insert_patch(
     return patch_id
 
 
+async def insert_event(conn: asyncpg.Connection, *, status: str = "admitted") -> str:
+    event_id = f"ev1_{uuid.uuid4().hex}"
+    await _insert(
+        conn,
+        "connector_event",
+        {
+            "event_id": event_id,
+            "endpoint": "crm",
+            "event_type": "contact.deletion",
+            "handler": "remote_deletion",
+            "payload": "{}",
+            "first_receipt_id": f"rc1_{uuid.uuid4().hex}",
+            "status": status,
+            "status_reason": None if status == "admitted" else "test",
+        },
+    )
+    return event_id
+
+
 async def set_status(conn: asyncpg.Connection, lifecycle: str, key: object, status: str) -> str:
     """UPDATE one row's status; returns the command tag ("UPDATE 1")."""
     table = LIFECYCLES[lifecycle][0]
     column = KEY_COLUMN[lifecycle]
+    if lifecycle == "event":  # a settled event carries its reason (table CHECK)
+        return await conn.execute(
+            f"UPDATE {table} SET status = $1, status_reason = CASE WHEN $1 = 'admitted' "
+            f"THEN NULL ELSE 'test' END WHERE {column} = $2",
+            status,
+            key,
+        )
     return await conn.execute(f"UPDATE {table} SET status = $1 WHERE {column} = $2", status, key)
 
 

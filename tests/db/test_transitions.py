@@ -14,6 +14,7 @@ from db.transition_sql import BEGIN_MARKER, newest_generated_migration, render_t
 from protocol.states import LIFECYCLES
 from tests.db.rows import (
     insert_attempt,
+    insert_event,
     insert_link,
     insert_pack_install,
     insert_patch,
@@ -27,6 +28,8 @@ RowFactory = Callable[[str], Awaitable[object]]
 
 async def _row_factory(conn: asyncpg.Connection, lifecycle: str) -> RowFactory:
     """A function inserting one row of `lifecycle` in the given status; returns its key."""
+    if lifecycle == "event":
+        return lambda status: insert_event(conn, status=status)
     pack_install_id = await insert_pack_install(conn)
     if lifecycle == "link":
         return lambda status: insert_link(conn, pack_install_id, status=status)
