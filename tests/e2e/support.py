@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -24,3 +26,17 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s}s; last value: {value!r}")
         await asyncio.sleep(interval_s)
+
+
+def wait_for_output(
+    log: Path, text: str, process: subprocess.Popen[bytes], timeout_s: float
+) -> str:
+    """Poll a child's log until `text` appears; fail early if the child exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        output = log.read_text(errors="replace")
+        if text in output:
+            return output
+        assert process.poll() is None, f"process exited early:\n{output}"
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} not printed within {timeout_s}s:\n{log.read_text()}")

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 
 from cli.stack.devconfig import DEFAULT_PATH, REPO_ROOT
 from cli.stack.process import free_ports, port_is_free
+from tests.e2e.support import wait_for_output
 
 UP = "dev stack is up"
 
@@ -56,17 +56,6 @@ def start(config: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def wait_for(log: Path, text: str, process: subprocess.Popen[bytes], timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        output = log.read_text(errors="replace")
-        if text in output:
-            return output
-        assert process.poll() is None, f"dev exited early:\n{output}"
-        time.sleep(0.2)
-    raise AssertionError(f"{text!r} not printed within {timeout_s}s:\n{log.read_text()}")
-
-
 def stop(process: subprocess.Popen[bytes]) -> int:
     process.send_signal(signal.SIGINT)
     return process.wait(timeout=90)
@@ -77,7 +66,7 @@ def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> Non
     log = dev_config.parent / "dev.log"
     process = start(dev_config, log)
     try:
-        output = wait_for(log, UP, process, timeout_s=180)
+        output = wait_for_output(log, UP, process, timeout_s=180)
         assert "demo pack: demo-owner installed" in output
         t, s, i = doc["temporal"], doc["sandbox"], doc["ingress"]
         assert httpx.get(f"http://127.0.0.1:{t['ui_port']}", timeout=10).status_code == 200
@@ -93,7 +82,7 @@ def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> Non
     log = dev_config.parent / "dev-again.log"
     again = start(dev_config, log)
     try:
-        output = wait_for(log, UP, again, timeout_s=180)
+        output = wait_for_output(log, UP, again, timeout_s=180)
         assert "migrations: current" in output and "demo pack: demo-owner unchanged" in output
     finally:
         assert stop(again) == 0
