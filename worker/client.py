@@ -7,6 +7,7 @@ from pathlib import Path
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from worker.settings import RuntimeSettings
 
@@ -20,7 +21,18 @@ def _tls(settings: RuntimeSettings) -> TLSConfig | bool:
     return settings.temporal_tls or settings.temporal_api_key is not None
 
 
-async def connect_temporal(settings: RuntimeSettings) -> Client:
+def sdk_runtime(settings: RuntimeSettings) -> Runtime | None:
+    """The Temporal SDK runtime exporting Prometheus metrics, when a bind address is set.
+
+    One runtime per process: create it once in the composition root and share it.
+    """
+    if settings.metrics_bind_address is None:
+        return None
+    metrics = PrometheusConfig(bind_address=settings.metrics_bind_address)
+    return Runtime(telemetry=TelemetryConfig(metrics=metrics))
+
+
+async def connect_temporal(settings: RuntimeSettings, runtime: Runtime | None = None) -> Client:
     """A client with the pydantic converter and the tracing interceptor (NF-1)."""
     api_key = settings.temporal_api_key
     return await Client.connect(
@@ -30,4 +42,5 @@ async def connect_temporal(settings: RuntimeSettings) -> Client:
         interceptors=[TracingInterceptor()],
         tls=_tls(settings),
         api_key=api_key.get_secret_value() if api_key else None,
+        runtime=runtime,
     )

@@ -7,7 +7,7 @@ import logging
 import signal
 
 from db.pool import create_pool
-from worker.client import connect_temporal
+from worker.client import connect_temporal, sdk_runtime
 from worker.observability import configure_logging, configure_tracing
 from worker.runtime import build_worker, ensure_search_attributes, remote_http_client, run_until
 from worker.schedules import ensure_relay_schedule
@@ -21,7 +21,7 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     configure_logging(settings)
     configure_tracing(settings, "connector-push-worker")
     stop = stop or _stop_on_signals()
-    client = await connect_temporal(settings)
+    client = await connect_temporal(settings, sdk_runtime(settings))
     await ensure_search_attributes(client)
     await ensure_relay_schedule(client, settings.task_queue)
     pool = await create_pool(settings.require_database_url(), min_size=2, max_size=20)

@@ -48,6 +48,8 @@ class RuntimeSettings(BaseSettings):
     task_queue: str = "connector-push"
     otel_exporter: OtelExporter = "none"
     otel_endpoint: str | None = None
+    # host:port for the Temporal SDK's Prometheus metrics (NF-1); off when unset.
+    metrics_bind_address: str | None = None
     log_level: str = "INFO"
     log_json: bool = True
 
