@@ -58,6 +58,8 @@ from workflows import search_attributes as sa
 IDLE_TIMEOUT = timedelta(minutes=10)
 ASSOCIATION_RECHECK = timedelta(seconds=60)
 MAX_STEPS_PER_WAKE = 20
+# workflow.patched ids: histories recorded before a change keep replaying.
+PARKED_STAYS_OPEN = "parked-link-stays-open"
 
 REMOTE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -114,6 +116,12 @@ class LinkWorkflow:
 
     async def _wait_for_work(self) -> bool:
         """True when woken (signal, or the LANE-2 re-check); False after an idle period."""
+        if self._view.needs_operator and workflow.patched(PARKED_STAYS_OPEN):
+            # A parked link waits for its operator with no idle timeout, so the UI query
+            # `NeedsOperator = true AND ExecutionStatus = "Running"` lists exactly the
+            # links that need a person (a closed run's search attributes never change).
+            await workflow.wait_condition(self._has_work)
+            return True
         waiting = self._view.dispatch_lane == "deferred_association" and (
             self._view.attempt_status is AttemptStatus.PENDING
         )

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus
+
 from protocol.admission import CreateReserved, ObservedActiveAttempt, Rejected
 from protocol.errors import RejectReason
 from sandbox.faults import FaultRuleSpec
 from tests.e2e.conftest import Stack, contact_key, deal_key
 from tests.e2e.support import eventually
+from workflows.link import LinkWorkflow
 
 
 async def test_happy_path_creates_once_finalizes_and_mirrors(stack: Stack) -> None:
@@ -99,3 +103,23 @@ async def test_reset_after_effect_with_locator_contract_recovers(stack: Stack) -
     attempt = await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
     creates = await stack.sandbox.ledger(object_type="deals", kind="create")
     assert len(creates) == 1 and creates[0].object_id == attempt["remote_id"]
+
+
+async def test_a_parked_link_stays_open_for_its_operator(stack: Stack) -> None:
+    """A parked run waits without an idle timer, so `NeedsOperator = true AND
+    ExecutionStatus = "Running"` lists exactly what needs a person (WF-4)."""
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(method="POST", path="/crm/v3/objects/deals", action="status", status=422)
+    )
+    await stack.push("o-001", slot="push-deal", obj="Opportunity", dest="remote-deals")
+    key = deal_key("o-001")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "terminal_failed")
+    handle = stack.handle(key)
+    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.needs_operator)
+
+    async def events() -> list[EventType.ValueType]:
+        return [e.event_type async for e in handle.fetch_history_events()]
+
+    history = await eventually(events, lambda types: EventType.EVENT_TYPE_MARKER_RECORDED in types)
+    assert EventType.EVENT_TYPE_TIMER_STARTED not in history
+    assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
