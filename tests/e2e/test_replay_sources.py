@@ -59,4 +59,4 @@ async def test_ambiguous_then_reconcile(stack: Stack) -> None:
     )
     assert result.view.link_status == "finalized"
     await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
-    await keep_history(handle, "ambiguous_then_reconcile")
+    await keep_history(handle, "ambiguous_then_reconcile_parked_open")

@@ -27,7 +27,8 @@ def test_histories_are_committed() -> None:
     names = {path.stem for path in HISTORIES}
     assert {
         "happy_path_then_patch",
-        "ambiguous_then_reconcile",
+        "ambiguous_then_reconcile",  # recorded before parked links stayed open (patched)
+        "ambiguous_then_reconcile_parked_open",
         "action_5xx",
         "action_event",
     } <= names
