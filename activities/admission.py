@@ -204,18 +204,8 @@ async def _lineage_rows(
         )
         if row.kind == "rebind"
     }
-    rows = await conn.fetch(
-        """
-        SELECT action_slot_id AS slot_id, status AS link_status, NULL AS attempt_status
-        FROM connector_remote_link
-        WHERE connector_owner_key = $1 AND action_slot_id = ANY($2::text[])
-          AND source_object = $3 AND source_record_id = $4
-        UNION ALL
-        SELECT action_slot_id, NULL, status
-        FROM connector_push_attempt
-        WHERE connector_owner_key = $1 AND action_slot_id = ANY($2::text[])
-          AND source_object = $3 AND source_record_id = $4
-        """,
+    rows = await q.lineage_rows(
+        conn,
         save.connector_owner_key,
         list(active.lineage_predecessors),
         save.source_object,
@@ -237,14 +227,13 @@ async def _association_targets(
 ) -> dict[str, AssociationTarget]:
     if active is None or not active.usable:
         return {}
-    targets: dict[str, AssociationTarget] = {}
-    for contract_id, target_key in association_lookups(active, record).items():
-        row = await conn.fetchrow(
-            "SELECT status, remote_id FROM connector_remote_link WHERE link_key = $1", target_key
+    lookups = association_lookups(active, record)
+    rows = await q.link_targets(conn, list(lookups.values()))
+    return {
+        contract_id: AssociationTarget(
+            link_status=LinkStatus(rows[key]["status"]), remote_id=rows[key]["remote_id"]
         )
-        targets[contract_id] = (
-            AssociationTarget(link_status=LinkStatus(row["status"]), remote_id=row["remote_id"])
-            if row
-            else AssociationTarget()
-        )
-    return targets
+        if key in rows
+        else AssociationTarget()
+        for contract_id, key in lookups.items()
+    }

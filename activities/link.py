@@ -341,14 +341,7 @@ class LinkActivities(LinkActivityBase):
     async def _clear_checkpoint(self, plan: _Send) -> None:
         """The request provably never left: the attempt is pre-I/O again (REC-1)."""
         async with self._pool.acquire() as conn:
-            await conn.execute(
-                """
-                UPDATE connector_push_attempt SET remote_io_started_at = NULL
-                WHERE attempt_id = $1 AND claim_token = $2 AND status = 'processing'
-                """,
-                uuid.UUID(plan.attempt_id),
-                plan.token,
-            )
+            await q.clear_checkpoint(conn, plan.attempt_id, plan.token)
 
     async def _recover_by_locator(self, key: str, plan: _Lookup) -> StepResult:
         request = plan.request

@@ -113,11 +113,7 @@ async def _supersede(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
         raise _refuse(refused)
     new = await q.occupying_attempt(conn, input.link_key)
     assert new is not None
-    await conn.execute(
-        "UPDATE connector_push_attempt SET superseded_by = $2 WHERE attempt_id = $1",
-        uuid.UUID(view.attempt_id),
-        new["attempt_id"],
-    )
+    await q.set_superseded_by(conn, view.attempt_id, new["attempt_id"])
     return f"attempt superseded; attempt #{new['attempt_ordinal']} reserved"
 
 

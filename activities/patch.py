@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.admission import load_context
 from activities.rows import jsonb, link_snapshot, profile_and_path_columns
+from db import links as links_q
 from db import patches as pq
 from db.records import Conn
 from protocol.admission import PatchQueued, Rejected, SaveRequest
@@ -61,9 +62,7 @@ def findings_json(findings: tuple[Finding, ...] | list[Finding]) -> list[dict[st
 
 async def plan_patch(conn: Conn, key: str) -> PatchSend | None:
     """Under the link lock: resume an in-flight PATCH or claim and build the queued one."""
-    row = await conn.fetchrow(
-        "SELECT * FROM connector_remote_link WHERE link_key = $1 FOR UPDATE", key
-    )
+    row = await links_q.link_by_key(conn, key)
     if row is None or row["status"] != LinkStatus.FINALIZED.value:
         await pq.supersede_queued(conn, key, "link is not finalized")
         return None

@@ -296,3 +296,46 @@ async def view_rows(conn: Conn, link_key: str) -> Row:
     )
     assert row is not None
     return row
+
+
+async def lineage_rows(
+    conn: Conn, owner_key: str, slots: list[str], source_object: str, record_id: str
+) -> list[Row]:
+    """This record's links and attempts under the given (predecessor) action slots (ID-6)."""
+    return await conn.fetch(
+        """
+        SELECT action_slot_id AS slot_id, status AS link_status, NULL AS attempt_status
+        FROM connector_remote_link
+        WHERE connector_owner_key = $1 AND action_slot_id = ANY($2::text[])
+          AND source_object = $3 AND source_record_id = $4
+        UNION ALL
+        SELECT action_slot_id, NULL, status
+        FROM connector_push_attempt
+        WHERE connector_owner_key = $1 AND action_slot_id = ANY($2::text[])
+          AND source_object = $3 AND source_record_id = $4
+        """,
+        owner_key,
+        slots,
+        source_object,
+        record_id,
+    )
+
+
+async def clear_checkpoint(conn: Conn, attempt_id: str, token: uuid.UUID) -> None:
+    """The request provably never left: the attempt is pre-I/O again (REC-1)."""
+    await conn.execute(
+        """
+        UPDATE connector_push_attempt SET remote_io_started_at = NULL
+        WHERE attempt_id = $1 AND claim_token = $2 AND status = 'processing'
+        """,
+        uuid.UUID(attempt_id),
+        token,
+    )
+
+
+async def set_superseded_by(conn: Conn, attempt_id: str, successor: uuid.UUID) -> None:
+    await conn.execute(
+        "UPDATE connector_push_attempt SET superseded_by = $2 WHERE attempt_id = $1",
+        uuid.UUID(attempt_id),
+        successor,
+    )
