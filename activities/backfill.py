@@ -277,7 +277,7 @@ def adopted_link_values(
     active install exactly as a runtime create would have frozen them."""
     assert decision.link_key and decision.remote_id, "only adoptable decisions"
     validated = validated_values(active)
-    install = uuid.UUID(validated.pop("pack_install_id"))
+    install = uuid.UUID(validated.pop("last_validated_pack_install_id"))
     action = active.action_snapshot()
     return {
         "link_key": decision.link_key,

@@ -26,7 +26,7 @@ from protocol.admission import CreateReserved, DeferredAssociationReserved, Save
 from protocol.errors import ActivityErrorType
 from protocol.messages import LinkView, OperatorActionInput
 from protocol.operator import OperatorAction, check_operator_action
-from protocol.states import ProtocolError
+from protocol.states import LinkStatus, ProtocolError
 
 ViewFn = Callable[[Conn, str], Awaitable[LinkView]]
 
@@ -157,7 +157,14 @@ async def _revalidate(conn: Conn, input: OperatorActionInput) -> str:
     )
     if not active.usable:
         raise _refuse("the link's action or destination slot does not resolve in the active pack")
-    if not await pq.revalidate_link(conn, input.link_key, validated_values(active)):
+    restored = {
+        "status": LinkStatus.FINALIZED.value,
+        "suspend_reason": None,
+        "drift_findings": [],
+        **validated_values(active),
+    }
+    suspended = LinkStatus.SUSPENDED_DRIFT.value
+    if not await q.update_link_snapshot(conn, input.link_key, suspended, restored):
         raise _refuse("link is no longer suspended")
     await q.record_operator(
         conn, "connector_remote_link", "link_key", input.link_key, input.operator, input.reason

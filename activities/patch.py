@@ -119,9 +119,10 @@ async def _build(
         return None
     assert isinstance(decision, PatchQueued)
     if decision.findings and active is not None:
-        await pq.record_benign_findings(
-            conn, key, findings_json(decision.findings), validated_values(active)
-        )
+        # Benign drift: recorded, and the link's validated snapshot moves to the active
+        # install (mapping and body fingerprints never move here, REV-1).
+        values = {"drift_findings": findings_json(decision.findings), **validated_values(active)}
+        await links_q.update_link_snapshot(conn, key, LinkStatus.FINALIZED.value, values)
     await pq.freeze_patch(
         conn,
         patch["patch_id"],
@@ -216,7 +217,7 @@ async def record_outcome(
 def validated_values(active: Any) -> dict[str, Any]:
     """The active install's snapshots a link takes on when drift validation passes."""
     return {
-        "pack_install_id": active.pack_install_id,
+        "last_validated_pack_install_id": active.pack_install_id,
         **active.names().model_dump(mode="json"),
         **profile_and_path_columns(active.profile_snapshot(), active.action_snapshot()),
     }

@@ -225,6 +225,23 @@ async def supersede_attempt(conn: Conn, attempt_id: str, superseded_by: str | No
     return row is not None
 
 
+async def update_link_snapshot(
+    conn: Conn, link_key: str, expected_status: str, values: dict[str, Any]
+) -> bool:
+    """Compare-and-set on the link's status, writing `values` (column -> value)."""
+    columns = list(values)
+    assert all(column.isidentifier() for column in columns), "columns come from code"
+    assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=3))
+    row = await conn.fetchval(
+        f"UPDATE connector_remote_link SET {assignments} "
+        "WHERE link_key = $1 AND status = $2 RETURNING 1",
+        link_key,
+        expected_status,
+        *[_param(values[c]) for c in columns],
+    )
+    return row is not None
+
+
 def _param(value: Any) -> Any:
     """jsonb columns take JSON text; everything else passes through."""
     if isinstance(value, (dict, list)):
