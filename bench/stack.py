@@ -24,7 +24,7 @@ from activities.packs import apply_pack
 from activities.record_loader import load_records, parse_records_document
 from cli.stack.devconfig import load_dev_config
 from cli.stack.postgres import EmbeddedPostgres
-from cli.stack.process import free_ports
+from cli.stack.process import free_ports, stop_process
 from cli.stack.temporal import TemporalDevServer
 from db.migrate import apply_migrations
 
@@ -91,8 +91,7 @@ def _sandbox_process(port: int, log: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        process.wait(30)
+        stop_process(process, 30)
 
 
 def _answers(url: str) -> bool:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from cli.stack.process import stop_process
+
 
 @dataclass
 class Child:
@@ -45,13 +47,7 @@ class Supervisor:
     def stop_all(self, timeout_s: float = 25.0) -> None:
         """SIGTERM each child, newest first, and wait; SIGKILL what does not exit in time."""
         for child in reversed(self.children):
-            if child.process.poll() is None:
-                child.process.terminate()
-                try:
-                    child.process.wait(timeout_s)
-                except subprocess.TimeoutExpired:
-                    child.process.kill()
-                    child.process.wait()
+            stop_process(child.process, timeout_s)
             if child.log is not None:
                 child.log.close()
         self.children.clear()

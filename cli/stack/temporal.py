@@ -20,7 +20,7 @@ import httpx
 from temporalio.client import Client
 
 from cli.stack.devconfig import TemporalDevConfig
-from cli.stack.process import StackError, ensure_port_free
+from cli.stack.process import StackError, ensure_port_free, stop_process
 
 
 def temporal_binary() -> Path:
@@ -127,13 +127,8 @@ class TemporalDevServer:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Terminate the server and wait; kill it if it does not exit in time."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        if self._process is not None:
+            stop_process(self._process, timeout_s)
         if self._log is not None:
             self._log.close()
             self._log = None
