@@ -9,27 +9,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from datetime import datetime
 from typing import Protocol, TypeAlias
 
 import asyncpg
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import JsonValue
 
 from db import records as q
 from protocol.authority import PermissionFacts
 
-
-class LocalRecord(BaseModel):
-    """One local record as the store holds it; `deleted` records are still returned."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    source_object: str
-    record_id: str
-    fields: dict[str, JsonValue]
-    version: int
-    deleted: bool
-    updated_at: datetime
+# One local record as the store holds it; `deleted` records are still returned.
+LocalRecord: TypeAlias = q.CrmRecordRow
 
 
 class RecordStore(Protocol):
@@ -85,17 +74,7 @@ class PostgresRecordStore:
 
     async def read_record(self, source_object: str, record_id: str) -> LocalRecord | None:
         async with self._conn() as conn:
-            row = await q.select_record(conn, source_object, record_id)
-        if row is None:
-            return None
-        return LocalRecord(
-            source_object=row.source_object,
-            record_id=row.record_id,
-            fields=row.fields,
-            version=row.version,
-            deleted=row.deleted,
-            updated_at=row.updated_at,
-        )
+            return await q.select_record(conn, source_object, record_id)
 
     async def read_permissions(
         self, user_id: str, source_object: str, record_id: str
