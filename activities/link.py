@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import remote
 from activities.deferred import resolve_deferred
-from activities.link_base import LinkActivityBase, fail
+from activities.link_base import LinkActivityBase, fail, require_cas
 from activities.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
 from activities.record_store import PostgresRecordStore
 from activities.rows import link_view, request_of
@@ -123,18 +123,25 @@ class LinkActivities(LinkActivityBase):
             case ResumeAction.CLAIM_AND_POST:
                 return await self._claim(conn, key, attempt, request, token)
             case ResumeAction.RETRY_SAME_REQUEST:
-                assert await q.reclaim_for_resend(conn, attempt_id, token)
+                require_cas(
+                    await q.reclaim_for_resend(conn, attempt_id, token), "reclaim_for_resend"
+                )
                 return _Send(attempt_id, token, request, True, previously_started=True)
             case ResumeAction.RECOVER_BY_LOCATOR:
-                assert await q.reclaim_for_resend(conn, attempt_id, token)
+                require_cas(
+                    await q.reclaim_for_resend(conn, attempt_id, token), "reclaim_for_resend"
+                )
                 return _Lookup(attempt_id, token, request)
             case ResumeAction.MARK_AMBIGUOUS:
-                await q.move_attempt(
-                    conn,
-                    attempt_id,
-                    ["processing", "post_sent"],
-                    "ambiguous_remote_effect",
-                    last_error="remote I/O had started before this try; outcome unknown",
+                require_cas(
+                    await q.move_attempt(
+                        conn,
+                        attempt_id,
+                        ["processing", "post_sent"],
+                        "ambiguous_remote_effect",
+                        last_error="remote I/O had started before this try; outcome unknown",
+                    ),
+                    "move_attempt",
                 )
                 return fail(
                     E.AMBIGUOUS_REMOTE_EFFECT,
@@ -158,12 +165,15 @@ class LinkActivities(LinkActivityBase):
         store = PostgresRecordStore(conn)
         if not await store.exists(attempt["source_object"], attempt["source_record_id"]):
             # POST-1 / seed rule 7: a delayed create never POSTs for a deleted source.
-            await q.move_attempt(
-                conn,
-                attempt_id,
-                ["pending", "processing"],
-                "terminal_failed",
-                last_error="source_deleted",
+            require_cas(
+                await q.move_attempt(
+                    conn,
+                    attempt_id,
+                    ["pending", "processing"],
+                    "terminal_failed",
+                    last_error="source_deleted",
+                ),
+                "move_attempt",
             )
             return fail(
                 E.SOURCE_DELETED,
@@ -201,12 +211,15 @@ class LinkActivities(LinkActivityBase):
             view = await self._view(conn, key)
             return StepResult(kind=StepKind.WAITING, view=view, detail=str(completed.waiting_on))
         if isinstance(completed, FreezeFailure):
-            await q.move_attempt(
-                conn,
-                str(attempt["attempt_id"]),
-                ["pending", "processing"],
-                "terminal_failed",
-                last_error=f"association: {completed.detail}",
+            require_cas(
+                await q.move_attempt(
+                    conn,
+                    str(attempt["attempt_id"]),
+                    ["pending", "processing"],
+                    "terminal_failed",
+                    last_error=f"association: {completed.detail}",
+                ),
+                "move_attempt",
             )
             return fail(E.GATE_FAILED, completed.detail, await self._view(conn, key))
         return completed

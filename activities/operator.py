@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from temporalio.exceptions import ApplicationError
 
 from activities.admission import admit_locked
+from activities.link_base import require_cas
 from activities.mirror import finalize_with_mirror
 from activities.packs import get_active_pack
 from activities.patch import validated_values
@@ -52,7 +53,10 @@ async def apply_operator_action(conn: Conn, input: OperatorActionInput, view_of:
             return await _reconcile(conn, input, view)
         case OperatorAction.RETIRE:
             assert view.link_status is not None
-            await q.move_link(conn, input.link_key, [view.link_status.value], "retired")
+            require_cas(
+                await q.move_link(conn, input.link_key, [view.link_status.value], "retired"),
+                "move_link",
+            )
             await q.record_operator(
                 conn,
                 "connector_remote_link",
@@ -64,12 +68,15 @@ async def apply_operator_action(conn: Conn, input: OperatorActionInput, view_of:
             return "link retired"
         case OperatorAction.MARK_TERMINAL:
             assert view.attempt_id is not None
-            await q.move_attempt(
-                conn,
-                view.attempt_id,
-                ["pending"],
-                "terminal_failed",
-                last_error=f"marked terminal by {input.operator}",
+            require_cas(
+                await q.move_attempt(
+                    conn,
+                    view.attempt_id,
+                    ["pending"],
+                    "terminal_failed",
+                    last_error=f"marked terminal by {input.operator}",
+                ),
+                "move_attempt",
             )
             await _stamp_attempt(conn, view.attempt_id, input)
             return "attempt marked terminal_failed"
@@ -92,7 +99,7 @@ async def _supersede(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
     assert view.attempt_id is not None
     old = await q.attempt_by_id(conn, view.attempt_id)
     assert old is not None
-    await q.supersede_attempt(conn, view.attempt_id, None)
+    require_cas(await q.supersede_attempt(conn, view.attempt_id, None), "supersede_attempt")
     await _stamp_attempt(conn, view.attempt_id, input)
     if not input.reserve_next:
         return "attempt superseded"
@@ -178,11 +185,14 @@ async def park_in_flight(conn: Conn, link_key: str, error: str) -> None:
     if attempt is not None and attempt["status"] in ("pending", "processing", "post_sent"):
         sent = attempt["remote_io_started_at"] is not None or attempt["status"] == "post_sent"
         target = "ambiguous_remote_effect" if sent else "terminal_failed"
-        await q.move_attempt(
-            conn,
-            str(attempt["attempt_id"]),
-            [attempt["status"]],
-            target,
-            last_error=f"retries exhausted: {error}",
+        require_cas(
+            await q.move_attempt(
+                conn,
+                str(attempt["attempt_id"]),
+                [attempt["status"]],
+                target,
+                last_error=f"retries exhausted: {error}",
+            ),
+            "move_attempt",
         )
     await pq.park_in_flight_patch(conn, link_key, f"retries exhausted: {error}")

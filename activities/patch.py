@@ -24,6 +24,7 @@ from typing import Any
 from temporalio.exceptions import ApplicationError
 
 from activities.admission import load_context
+from activities.link_base import require_cas
 from activities.rows import jsonb, link_snapshot, profile_and_path_columns
 from db import links as links_q
 from db import patches as pq
@@ -89,14 +90,17 @@ async def _resume_sent(
 ) -> PatchSend | None:
     """An earlier try may have sent this PATCH: re-send only if declared replay-safe."""
     if not link.profile.patch_replay_safe:
-        await pq.finish_patch(
-            conn,
-            patch["patch_id"],
-            "ambiguous_remote_effect",
-            last_error="PATCH may have been sent by an earlier try; not replay-safe",
+        require_cas(
+            await pq.finish_patch(
+                conn,
+                patch["patch_id"],
+                "ambiguous_remote_effect",
+                last_error="PATCH may have been sent by an earlier try; not replay-safe",
+            ),
+            "finish_patch",
         )
         return None
-    await pq.rotate_patch_token(conn, patch["patch_id"], token)
+    require_cas(await pq.rotate_patch_token(conn, patch["patch_id"], token), "rotate_patch_token")
     body = jsonb(patch["body"])
     return PatchSend(patch["patch_id"], token, link, patch["update_path"], body, True, guard)
 
@@ -123,16 +127,19 @@ async def _build(
         # install (mapping and body fingerprints never move here, REV-1).
         values = {"drift_findings": findings_json(decision.findings), **validated_values(active)}
         await links_q.update_link_snapshot(conn, key, LinkStatus.FINALIZED.value, values)
-    await pq.freeze_patch(
-        conn,
-        patch["patch_id"],
-        token,
-        {
-            "body": decision.request.body,
-            "body_fingerprint": decision.request.body_hash,
-            "update_path": decision.request.relative_path,
-            "authority_snapshot": decision.authority.model_dump(mode="json"),
-        },
+    require_cas(
+        await pq.freeze_patch(
+            conn,
+            patch["patch_id"],
+            token,
+            {
+                "body": decision.request.body,
+                "body_fingerprint": decision.request.body_hash,
+                "update_path": decision.request.relative_path,
+                "authority_snapshot": decision.authority.model_dump(mode="json"),
+            },
+        ),
+        "freeze_patch",
     )
     return PatchSend(
         patch["patch_id"],
@@ -150,7 +157,10 @@ async def _refuse(
 ) -> None:
     """PATCH-1 refused: drift suspends the link (DRIFT-2); other reasons fail this PATCH."""
     reason = f"{decision.reason.value}: {decision.detail}".rstrip(": ")
-    await pq.finish_patch(conn, patch_id, "failed", token=token, last_error=reason)
+    require_cas(
+        await pq.finish_patch(conn, patch_id, "failed", token=token, last_error=reason),
+        "finish_patch",
+    )
     if decision.reason is RejectReason.DRIFT_FAIL_CLOSED:
         await pq.suspend_link(
             conn, key, SuspendReason.DRIFT.value, findings_json(decision.findings)
@@ -168,17 +178,23 @@ async def record_outcome(
         case PatchSucceeded():
             if etag := obs.headers.get("etag"):
                 await pq.set_remote_etag(conn, key, etag)
-            await pq.finish_patch(
-                conn, plan.patch_id, "succeeded", token=plan.token, response=response
+            require_cas(
+                await pq.finish_patch(
+                    conn, plan.patch_id, "succeeded", token=plan.token, response=response
+                ),
+                "finish_patch",
             )
         case PatchSuspendLink(reason=reason, status=status):
-            await pq.finish_patch(
-                conn,
-                plan.patch_id,
-                "failed",
-                token=plan.token,
-                last_error=f"remote {status}: {reason.value}",
-                response=response,
+            require_cas(
+                await pq.finish_patch(
+                    conn,
+                    plan.patch_id,
+                    "failed",
+                    token=plan.token,
+                    last_error=f"remote {status}: {reason.value}",
+                    response=response,
+                ),
+                "finish_patch",
             )
             evidence = [
                 {
@@ -190,22 +206,28 @@ async def record_outcome(
             await pq.suspend_link(conn, key, reason.value, evidence)
             await pq.supersede_queued(conn, key, f"link suspended: {reason.value}")
         case PatchFailed(status=status):
-            await pq.finish_patch(
-                conn,
-                plan.patch_id,
-                "failed",
-                token=plan.token,
-                last_error=f"remote rejected the PATCH with {status}",
-                response=response,
+            require_cas(
+                await pq.finish_patch(
+                    conn,
+                    plan.patch_id,
+                    "failed",
+                    token=plan.token,
+                    last_error=f"remote rejected the PATCH with {status}",
+                    response=response,
+                ),
+                "finish_patch",
             )
         case PatchAmbiguous(reason=reason):
-            await pq.finish_patch(
-                conn,
-                plan.patch_id,
-                "ambiguous_remote_effect",
-                token=plan.token,
-                last_error=reason,
-                response=response,
+            require_cas(
+                await pq.finish_patch(
+                    conn,
+                    plan.patch_id,
+                    "ambiguous_remote_effect",
+                    token=plan.token,
+                    last_error=reason,
+                    response=response,
+                ),
+                "finish_patch",
             )
         case PatchRetry(retry_after_seconds=seconds):
             delay = timedelta(seconds=seconds) if seconds is not None else None
