@@ -13,15 +13,10 @@ from typing import Final
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
+from protocol.identity import LINK_WORKFLOW_TYPE, link_workflow_id
 from protocol.messages import LinkWorkflowInput, RecordSaved
 
-LINK_WORKFLOW_TYPE: Final = "LinkWorkflow"
 RECORD_SAVED_SIGNAL: Final = "record_saved"
-
-
-def link_workflow_id(link_key: str) -> str:
-    """WF-1: one workflow per link key."""
-    return f"link/{link_key}"
 
 
 async def wake_link(client: Client, task_queue: str, link_key: str, save_id: str | None) -> None:

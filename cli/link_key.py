@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from protocol.identity import InvalidIdentityPart, LinkIdentity
+from protocol.identity import InvalidIdentityPart, LinkIdentity, link_workflow_id
 
 _EXIT_BAD_INPUT = 2
 
@@ -37,7 +37,9 @@ def link_key_command(
         raise typer.Exit(_EXIT_BAD_INPUT) from None
     if as_json:
         typer.echo(
-            json.dumps({**identity.model_dump(), "link_key": key, "workflow_id": f"link/{key}"})
+            json.dumps(
+                {**identity.model_dump(), "link_key": key, "workflow_id": link_workflow_id(key)}
+            )
         )
     else:
         typer.echo(key)

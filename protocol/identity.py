@@ -9,6 +9,9 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, model_validator
 
 ACTION_TYPE: Final = "PushToConnector"
+# The LinkWorkflow's type name: callers that may not import `workflows/` start it by
+# name (a test keeps it equal to the class).
+LINK_WORKFLOW_TYPE: Final = "LinkWorkflow"
 LINK_KEY_PREFIX: Final = "lk1_"
 LINK_KEY_DOMAIN: Final = b"connector-push/link-key/v1\x00"
 
@@ -91,3 +94,8 @@ class LinkIdentity(BaseModel):
             self.source_record_id,
             self.destination_slot_id,
         )
+
+
+def link_workflow_id(key: str) -> str:
+    """WF-1: one workflow per link key."""
+    return f"link/{key}"

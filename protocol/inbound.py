@@ -18,24 +18,21 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Final
 
+from protocol.identity import LINK_WORKFLOW_TYPE
+from protocol.identity import link_workflow_id as link_workflow_id
 from protocol.ingress_policy import InboundHandler
 from protocol.messages import Message
 from protocol.states import EVENT_TRANSITIONS, check_transition
 from protocol.states import EventStatus as EventStatus  # re-exported: one home in states
 
 INBOUND_EVENT_WORKFLOW: Final = "InboundEventWorkflow"
-LINK_WORKFLOW: Final = "LinkWorkflow"
+LINK_WORKFLOW: Final = LINK_WORKFLOW_TYPE
 REMOTE_DELETED_SIGNAL: Final = "remote_deleted"
 
 
 def event_workflow_id(event_id: str) -> str:
     """One processing workflow per admitted event."""
     return f"event/{event_id}"
-
-
-def link_workflow_id(link_key: str) -> str:
-    """WF-1: one workflow per link key (the same id `worker.crm` uses)."""
-    return f"link/{link_key}"
 
 
 def check_event_transition(source: EventStatus, target: EventStatus) -> None:

@@ -15,7 +15,7 @@ import asyncpg
 from temporalio.client import Client
 
 from activities.admission import admit_save
-from activities.wake import link_workflow_id, wake_link
+from activities.wake import wake_link
 from protocol.admission import (
     AdmissionDecision,
     CreateReserved,
@@ -24,6 +24,7 @@ from protocol.admission import (
     SaveRequest,
 )
 from protocol.errors import RejectReason
+from protocol.identity import link_workflow_id
 
 log = logging.getLogger(__name__)
 

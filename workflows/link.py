@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.link_ops import LinkOpsActivities
 
 from protocol.errors import NON_RETRYABLE_ERROR_TYPES
+from protocol.identity import link_workflow_id
 from protocol.messages import (
     DispatchInput,
     EvidenceInput,
@@ -139,7 +140,7 @@ class LinkWorkflow:
     async def _wake_dependants(self, link_keys: list[str]) -> None:
         """Tell deferred creates that waited on this link that it is finalized (LANE-2)."""
         for key in link_keys:
-            handle = workflow.get_external_workflow_handle(f"link/{key}")
+            handle = workflow.get_external_workflow_handle(link_workflow_id(key))
             # Not running: the relay (or the next save) starts it; nothing is lost.
             with contextlib.suppress(FailureError):
                 await handle.signal(LinkWorkflow.record_saved, RecordSaved())
