@@ -228,6 +228,8 @@ async def _association_targets(
     if active is None or not active.usable:
         return {}
     lookups = association_lookups(active, record)
+    if not lookups:
+        return {}
     rows = await q.link_targets(conn, list(lookups.values()))
     return {
         contract_id: AssociationTarget(
