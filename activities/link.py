@@ -1,10 +1,12 @@
-"""Create-path activities of the LinkWorkflow (SPEC POST-1..4, REC-1..3).
+"""Create-path activities of the LinkWorkflow (SPEC POST-1..4, REC-1..4, JRN-1, PROF-1).
 
-`dispatch_create` reads the occupying attempt first and lets
-`protocol.outcome.resume_post` decide what a (re)started activity may do, so a
+`dispatch_create` reads the occupying attempt and its send journal first and lets
+`protocol.recovery.next_step` decide what a (re)started activity may do, so a
 retried activity, a workflow reset or a zombie attempt can never send a
 second create: the claim writes a fresh fencing token, and the checkpoint
-(`remote_io_started_at`) is a compare-and-set on it right before the request.
+(`remote_io_started_at`, with this try's journal row) is a compare-and-set on it
+right before the request. Every outcome is recorded in the journal in the same
+transaction as the state it leads to.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 from temporalio import activity
@@ -20,10 +22,12 @@ from temporalio.exceptions import ApplicationError
 
 from activities import remote
 from activities.deferred import resolve_deferred
+from activities.evidence import attempt_recovery, owner_of_remote_id, record_try, retry_delay
 from activities.link_base import LinkActivityBase, fail, require_cas
 from activities.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
 from activities.record_store import PostgresRecordStore
 from activities.rows import link_view, request_of
+from db import journal as jq
 from db import links as q
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
@@ -40,19 +44,18 @@ from protocol.outcome import (
     Created,
     LocatorAbsent,
     LocatorFound,
+    NotApplied,
     Observation,
+    PostOutcome,
     RateLimited,
     RemoteRejected,
-    ResumeAction,
     RetrySameRequest,
-    Transport,
     interpret_locator_lookup,
     interpret_post,
-    resume_post,
 )
+from protocol.recovery import Decision, Step, next_step
 from protocol.request import FreezeFailure, locator_lookup_path
 from protocol.snapshots import CreateRequestSnapshot
-from protocol.states import AttemptStatus
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,7 @@ class _Send:
     attempt_id: str
     token: uuid.UUID
     request: CreateRequestSnapshot
-    checkpointed: bool  # RemoteIOStartedAt already written under this try's token
-    previously_started: bool = False  # an earlier try may have sent this request
+    journal_id: int | None  # set when the claim wrote the checkpoint and its journal row
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,15 @@ class _Lookup:
     attempt_id: str
     token: uuid.UUID
     request: CreateRequestSnapshot
+
+
+@dataclass(frozen=True)
+class _Try:
+    """One try that passed its fence: its claim and its journal row (None for a GET)."""
+
+    attempt_id: str
+    token: uuid.UUID
+    journal_id: int | None
 
 
 # What the planning transaction decided. A refusal is returned, not raised, so the
@@ -106,9 +117,8 @@ class LinkActivities(LinkActivityBase):
                 view = link_view(key, await q.link_by_key(conn, key), attempt)
                 return fail(E.LANE_NOT_CLAIMABLE, f"lane {attempt['dispatch_lane']!r}", view)
             request = request_of(attempt)
-            started = attempt["remote_io_started_at"] is not None
-            action = resume_post(AttemptStatus(attempt["status"]), started, request.profile)
-            return await self._resume(conn, key, attempt, request, action)
+            decision = next_step(await attempt_recovery(conn, attempt, request.profile))
+            return await self._resume(conn, key, attempt, request, decision)
 
     async def _resume(
         self,
@@ -116,42 +126,44 @@ class LinkActivities(LinkActivityBase):
         key: str,
         attempt: asyncpg.Record,
         request: CreateRequestSnapshot,
-        action: ResumeAction,
+        decision: Decision,
     ) -> _Plan:
+        """REC-4: act on what `protocol.recovery.next_step` decided from the journal."""
         attempt_id, token = str(attempt["attempt_id"]), uuid.uuid4()
-        match action:
-            case ResumeAction.CLAIM_AND_POST:
+        match decision.step:
+            case Step.SEND:
                 return await self._claim(conn, key, attempt, request, token)
-            case ResumeAction.RETRY_SAME_REQUEST:
-                require_cas(
-                    await q.reclaim_for_resend(conn, attempt_id, token), "reclaim_for_resend"
-                )
-                return _Send(attempt_id, token, request, True, previously_started=True)
-            case ResumeAction.RECOVER_BY_LOCATOR:
-                require_cas(
-                    await q.reclaim_for_resend(conn, attempt_id, token), "reclaim_for_resend"
-                )
+            case Step.RESEND_REPLAY_SAFE:
+                claimed = await jq.claim_for_send(conn, attempt_id, token, checkpoint=True)
+                require_cas(claimed, "claim_for_send")
+                assert claimed is not None
+                return _Send(attempt_id, token, request, claimed[1])
+            case Step.LOOKUP_LOCATOR:
+                claimed = await jq.claim_for_send(conn, attempt_id, token, checkpoint=False)
+                require_cas(claimed, "claim_for_send")
                 return _Lookup(attempt_id, token, request)
-            case ResumeAction.MARK_AMBIGUOUS:
-                require_cas(
-                    await q.move_attempt(
-                        conn,
-                        attempt_id,
-                        ["processing", "post_sent"],
-                        "ambiguous_remote_effect",
-                        last_error="remote I/O had started before this try; outcome unknown",
-                    ),
-                    "move_attempt",
-                )
-                return fail(
-                    E.AMBIGUOUS_REMOTE_EFFECT,
-                    "earlier POST may have landed",
-                    await self._view(conn, key),
-                )
-            case ResumeAction.RESUME_WRITEBACK:
+            case Step.PARK_AMBIGUOUS | Step.TERMINAL:
+                return await self._park_planned(conn, key, attempt_id, decision)
+            case Step.RESUME_WRITEBACK:
                 return StepResult(kind=StepKind.WRITEBACK_PENDING, view=await self._view(conn, key))
-            case ResumeAction.NOTHING:
+            case Step.NOTHING | Step.READ_BACK | Step.SUSPEND_CONFLICT:
                 return StepResult(kind=StepKind.PARKED, view=await self._view(conn, key))
+
+    async def _park_planned(
+        self, conn: Conn, key: str, attempt_id: str, decision: Decision
+    ) -> ApplicationError:
+        ambiguous = decision.step is Step.PARK_AMBIGUOUS
+        target = "ambiguous_remote_effect" if ambiguous else "terminal_failed"
+        moved = await q.move_attempt(
+            conn,
+            attempt_id,
+            ["pending", "processing", "post_sent"],
+            target,
+            last_error=decision.reason,
+        )
+        require_cas(moved, "move_attempt")
+        kind = E.AMBIGUOUS_REMOTE_EFFECT if ambiguous else E.REMOTE_REJECTED
+        return fail(kind, decision.reason, await self._view(conn, key))
 
     async def _claim(
         self,
@@ -188,11 +200,13 @@ class LinkActivities(LinkActivityBase):
             request = completed
         # Where a late duplicate send is harmless (the remote replays the same idempotency
         # key, or the unique locator rejects a second object), the claim and the
-        # RemoteIOStartedAt checkpoint are one compare-and-set; otherwise they are two, so
-        # a try that stalls after its claim can still be fenced off before it sends (REC-1).
+        # RemoteIOStartedAt checkpoint (with its journal row) are one compare-and-set;
+        # otherwise they are two, so a try that stalls after its claim can still be fenced
+        # off before it sends (REC-1). A deferred create freezes its completed body under
+        # the claim first: the frozen request never changes once a try passed its fence.
         profile = request.profile
-        merged = profile.post_replay_safe or profile.locator_recovery is not None
-        claimed = await q.claim_attempt(conn, attempt_id, token, checkpoint=merged)
+        merged = (profile.post_replay_safe or profile.locator_recovery is not None) and not deferred
+        claimed = await jq.claim_for_send(conn, attempt_id, token, checkpoint=merged)
         if claimed is None:
             return fail(E.TRANSITION_CONFLICT, "attempt not claimable", await self._view(conn, key))
         if deferred:
@@ -200,7 +214,7 @@ class LinkActivities(LinkActivityBase):
             await q.freeze_completed_request(
                 conn, attempt_id, token, request.model_dump(mode="json")
             )
-        return _Send(attempt_id, token, request, checkpointed=merged)
+        return _Send(attempt_id, token, request, claimed[1])
 
     async def _complete_deferred(
         self, conn: Conn, key: str, attempt: asyncpg.Record, request: CreateRequestSnapshot
@@ -226,9 +240,11 @@ class LinkActivities(LinkActivityBase):
 
     async def _send(self, key: str, plan: _Send) -> StepResult:
         await self._hooks.before_checkpoint(plan.attempt_id)
-        if not plan.checkpointed:
+        journal_id = plan.journal_id
+        if journal_id is None:
             async with self._pool.acquire() as conn:
-                if not await q.checkpoint_remote_io(conn, plan.attempt_id, plan.token):
+                journal_id = await jq.checkpoint_attempt(conn, plan.attempt_id, plan.token)
+                if journal_id is None:
                     # Another claim owns the row (this try outlived its timeout): send nothing.
                     raise fail(
                         E.TRANSITION_CONFLICT,
@@ -244,50 +260,77 @@ class LinkActivities(LinkActivityBase):
             request.relative_path,
             request.headers,
             request.body,
-            previously_started=plan.previously_started,
         )
-        if obs.transport is Transport.NOT_SENT:
-            await self._clear_checkpoint(plan)
+        obs = obs.model_copy(update={"now": datetime.now(UTC)})
         outcome = interpret_post(obs, request.response_id_path, request.profile)
-        return await self._apply(key, plan, outcome, obs)
+        return await self._apply(key, _Try(plan.attempt_id, plan.token, journal_id), outcome, obs)
 
     async def _apply(
-        self,
-        key: str,
-        plan: _Send | _Lookup,
-        outcome: Created | RemoteRejected | RetrySameRequest | RateLimited | Ambiguous,
-        obs: Observation,
+        self, key: str, sent: _Try, outcome: PostOutcome, obs: Observation
     ) -> StepResult:
         status = obs.status
         match outcome:
             case Created(remote_id=remote_id):
-                return await self._finalize(key, plan, remote_id, obs, outcome.body_hash)
+                return await self._finalize(key, sent, remote_id, obs, outcome.body_hash)
             case RemoteRejected():
                 return await self._park(
                     key,
-                    plan,
+                    sent,
+                    obs,
                     "terminal_failed",
                     E.REMOTE_REJECTED,
                     f"remote rejected the create with {status}",
-                    status,
                 )
+            case NotApplied():
+                return await self._not_applied(key, sent, obs, outcome)
             case RetrySameRequest(reason=reason):
+                await self._record_only(sent, obs)
                 raise ApplicationError(f"retrying the same frozen request: {reason}", type="Retry")
             case RateLimited(retry_after_seconds=seconds):
+                await self._record_only(sent, obs)
                 delay = timedelta(seconds=seconds) if seconds is not None else None
                 raise ApplicationError("rate limited", type="RateLimited", next_retry_delay=delay)
             case Ambiguous(reason=reason, locator_recovery=True):
                 # The next try looks the locator up instead of re-sending (REC-1).
+                await self._record_only(sent, obs)
                 raise ApplicationError(
                     f"ambiguous ({reason}); recovering by locator", type="LocatorRecovery"
                 )
             case Ambiguous(reason=reason):
                 return await self._park(
-                    key, plan, "ambiguous_remote_effect", E.AMBIGUOUS_REMOTE_EFFECT, reason, status
+                    key, sent, obs, "ambiguous_remote_effect", E.AMBIGUOUS_REMOTE_EFFECT, reason
                 )
 
+    async def _not_applied(
+        self, key: str, sent: _Try, obs: Observation, outcome: NotApplied
+    ) -> StepResult:
+        """PROF-1: this try had no effect; wait Retry-After in the workflow (not the retry
+        budget) and send the same frozen request again, until the time budget is spent."""
+        async with self._tx(key) as conn:
+            await q.lock_link_key(conn, key)
+            await record_try(conn, sent.journal_id, obs)
+            attempt = await q.attempt_by_id(conn, sent.attempt_id)
+            assert attempt is not None, "attempts are never deleted"
+            profile = request_of(attempt).profile
+            recovery = await attempt_recovery(conn, attempt, profile)
+            decision = next_step(recovery.model_copy(update={"now": obs.now}))
+            if decision.step in {Step.PARK_AMBIGUOUS, Step.TERMINAL}:
+                refusal = await self._park_planned(conn, key, sent.attempt_id, decision)
+            else:
+                delay = retry_delay(outcome.retry_after_seconds, profile)
+                view = await self._view(conn, key)
+                detail = f"remote answered {outcome.status} (not applied); re-sending in {delay} s"
+                return StepResult(
+                    kind=StepKind.RETRY_LATER, view=view, detail=detail, retry_after_seconds=delay
+                )
+        raise refusal
+
+    async def _record_only(self, sent: _Try, obs: Observation) -> None:
+        async with self._pool.acquire() as conn:
+            await record_try(conn, sent.journal_id, obs)
+
     async def _finalize(
-        self, key: str, plan: _Send | _Lookup, remote_id: str, obs: Observation, body_hash: str
+        self, key: str, sent: _Try, remote_id: str, obs: Observation, body_hash: str
     ) -> StepResult:
         status = obs.status
         # The entity tag, when the remote sends one, guards later PATCHes (If-Match).
@@ -296,48 +339,53 @@ class LinkActivities(LinkActivityBase):
         async with self._pool.acquire() as conn:
             try:
                 async with conn.transaction():
+                    await record_try(conn, sent.journal_id, obs)
                     kind = await finalize_with_mirror(
-                        conn, plan.attempt_id, plan.token, remote_id, response
+                        conn, sent.attempt_id, sent.token, remote_id, response
                     )
                     view = await self._view(conn, key)
                     waiting = await self._dependants(conn, view)
                     log.info(
                         "create finalized with remote id %s",
                         remote_id,
-                        extra={"link_key": key, "attempt_id": plan.attempt_id},
+                        extra={"link_key": key, "attempt_id": sent.attempt_id},
                     )
                     return StepResult(kind=kind, view=view, dependants=waiting)
             except RemoteLocatorClaimedError:
-                pass  # ID-4: another link owns this remote object; park, never PATCH two links
+                owner = await owner_of_remote_id(conn, sent.attempt_id, remote_id)
+        # ID-4: another link owns this remote object: never PATCH two links to one object.
+        # Our create may have landed (the remote answered with an id), so the attempt parks
+        # ambiguous for an operator, never terminal (JRN-2).
         return await self._park(
             key,
-            plan,
-            "terminal_failed",
+            sent,
+            obs,
+            "ambiguous_remote_effect",
             E.STALE_REMOTE_LOCATOR,
-            f"remote id {remote_id} is already linked (stale_remote_locator)",
-            status,
+            f"remote id {remote_id} is already linked to {owner} (stale_remote_locator)",
             remote_id=remote_id,
         )
 
     async def _park(
         self,
         key: str,
-        plan: _Send | _Lookup,
+        sent: _Try,
+        obs: Observation,
         target: str,
         kind: E,
         message: str,
-        status: int | None,
         remote_id: str | None = None,
     ) -> StepResult:
         async with self._tx(key) as conn:
+            await record_try(conn, sent.journal_id, obs)
             moved = await q.move_attempt(
                 conn,
-                plan.attempt_id,
+                sent.attempt_id,
                 ["processing", "post_sent"],
                 target,
-                token=plan.token,
+                token=sent.token,
                 last_error=message,
-                response={"status": status, "remote_id": remote_id},
+                response={"status": obs.status, "remote_id": remote_id},
             )
             view = await self._view(conn, key)
         if not moved:
@@ -347,14 +395,9 @@ class LinkActivities(LinkActivityBase):
             target,
             kind.value,
             message,
-            extra={"link_key": key, "attempt_id": plan.attempt_id},
+            extra={"link_key": key, "attempt_id": sent.attempt_id},
         )
         raise fail(kind, message, view)
-
-    async def _clear_checkpoint(self, plan: _Send) -> None:
-        """The request provably never left: the attempt is pre-I/O again (REC-1)."""
-        async with self._pool.acquire() as conn:
-            await q.clear_checkpoint(conn, plan.attempt_id, plan.token)
 
     async def _recover_by_locator(self, key: str, plan: _Lookup) -> StepResult:
         request = plan.request
@@ -365,9 +408,13 @@ class LinkActivities(LinkActivityBase):
         found = interpret_locator_lookup(obs, request.response_id_path)
         match found:
             case LocatorFound(remote_id=remote_id):
-                return await self._finalize(key, plan, remote_id, obs, "")
+                return await self._finalize(
+                    key, _Try(plan.attempt_id, plan.token, None), remote_id, obs, ""
+                )
             case LocatorAbsent():
-                resend = _Send(plan.attempt_id, plan.token, request, True, previously_started=True)
+                # No object carries our locator: every earlier try had no effect, and the
+                # remote's uniqueness on the locator refuses a duplicate of a late one.
+                resend = _Send(plan.attempt_id, plan.token, request, None)
                 return await self._send(key, resend)
             case Ambiguous(reason=reason):
                 raise ApplicationError(

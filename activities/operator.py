@@ -9,27 +9,47 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from temporalio.exceptions import ApplicationError
 
 from activities.admission import admit_locked
+from activities.evidence import (
+    attempt_recovery,
+    frozen_patch_profile,
+    owner_of_remote_id,
+    patch_recovery,
+)
 from activities.link_base import require_cas
 from activities.mirror import finalize_with_mirror
 from activities.packs import get_active_pack
 from activities.patch import validated_values
-from activities.rows import jsonb
+from activities.rows import jsonb, link_snapshot, request_of
 from db import links as q
 from db import patches as pq
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
 from protocol.active import resolve_active
 from protocol.admission import CreateReserved, DeferredAssociationReserved, SaveRequest
-from protocol.errors import ActivityErrorType
+from protocol.errors import ActivityErrorType, SuspendReason
 from protocol.messages import LinkView, OperatorActionInput
 from protocol.operator import OperatorAction, check_operator_action
+from protocol.recovery import Decision, Step, next_step
+from protocol.remote_ids import RemoteIdError, check_remote_id
 from protocol.states import LinkStatus, ProtocolError
 
 ViewFn = Callable[[Conn, str], Awaitable[LinkView]]
+
+
+@dataclass(frozen=True)
+class ReadBackEtag:
+    """What revalidating a `remote_conflict` link read back (PROF-2)."""
+
+    etag: str | None
+    read: bool  # False: the profile declares no read-back; the stale tag is dropped
+
+
+Refresh = ReadBackEtag | None
 
 
 def _refuse(message: str) -> ApplicationError:
@@ -38,7 +58,9 @@ def _refuse(message: str) -> ApplicationError:
     )
 
 
-async def apply_operator_action(conn: Conn, input: OperatorActionInput, view_of: ViewFn) -> str:
+async def apply_operator_action(
+    conn: Conn, input: OperatorActionInput, view_of: ViewFn, refresh: Refresh = None
+) -> str:
     """Apply `input` in the caller's transaction; raise a non-retryable refusal otherwise."""
     view = await view_of(conn, input.link_key)
     action = OperatorAction(input.action)
@@ -81,7 +103,7 @@ async def apply_operator_action(conn: Conn, input: OperatorActionInput, view_of:
             await _stamp_attempt(conn, view.attempt_id, input)
             return "attempt marked terminal_failed"
         case OperatorAction.REVALIDATE:
-            return await _revalidate(conn, input)
+            return await _revalidate(conn, input, refresh)
 
 
 async def _stamp_attempt(conn: Conn, attempt_id: str, input: OperatorActionInput) -> None:
@@ -126,6 +148,7 @@ async def _supersede(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
 
 async def _reconcile(conn: Conn, input: OperatorActionInput, view: LinkView) -> str:
     assert view.attempt_id is not None and input.remote_id is not None
+    await _check_reconcile_id(conn, view.attempt_id, input.remote_id)
     response = {
         "status": None,
         "remote_id": input.remote_id,
@@ -143,12 +166,30 @@ async def _reconcile(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
                 expected=("ambiguous_remote_effect",),
             )
     except RemoteLocatorClaimedError as error:
-        raise _refuse(f"remote id {input.remote_id} is already linked to another record") from error
+        owner = await owner_of_remote_id(conn, view.attempt_id, input.remote_id)
+        refused = f"not reconciled: remote id {input.remote_id} is already linked to {owner}"
+        raise _refuse(refused + "; nothing changed") from error
     await _stamp_attempt(conn, view.attempt_id, input)
     return f"reconciled to remote id {input.remote_id}"
 
 
-async def _revalidate(conn: Conn, input: OperatorActionInput) -> str:
+async def _check_reconcile_id(conn: Conn, attempt_id: str, remote_id: str) -> None:
+    """PROF-4: only a canonical remote id is stored; the refusal names who owns the id
+    the operator probably meant, instead of raw Postgres text."""
+    attempt = await q.attempt_by_id(conn, attempt_id)
+    assert attempt is not None, "attempts are never deleted"
+    try:
+        check_remote_id(remote_id, request_of(attempt).profile.remote_id_pattern)
+    except RemoteIdError as error:
+        owned = ""
+        if error.canonical is not None:
+            owner = await owner_of_remote_id(conn, attempt_id, error.canonical)
+            if owner != "another link":
+                owned = f"; {error.canonical!r} is already linked to {owner}"
+        raise _refuse(f"not reconciled: {error}{owned}; nothing changed") from error
+
+
+async def _revalidate(conn: Conn, input: OperatorActionInput, refresh: Refresh) -> str:
     """suspended_drift -> finalized on the active install's snapshots (WF-3).
 
     Mapping and body fingerprints do not move here (REV-1): a mapping change
@@ -176,23 +217,53 @@ async def _revalidate(conn: Conn, input: OperatorActionInput) -> str:
     await q.record_operator(
         conn, "connector_remote_link", "link_key", input.link_key, input.operator, input.reason
     )
-    return f"link revalidated against install {pack.pack_install_id}"
+    message = f"link revalidated against install {pack.pack_install_id}"
+    if refresh is not None and row["suspend_reason"] == SuspendReason.REMOTE_CONFLICT.value:
+        # PROF-2: the entity tag of the object the operator accepted, so the next PATCH
+        # is not refused for the same out-of-band change again.
+        await pq.replace_remote_etag(conn, input.link_key, refresh.etag)
+        shown = refresh.etag if refresh.read else "dropped (no read-back declared)"
+        message += f"; entity tag {shown}"
+    return message
 
 
 async def park_in_flight(conn: Conn, link_key: str, error: str) -> None:
-    """REC-3: an attempt or PATCH whose retries ran out is parked, durably and visibly."""
+    """REC-3, REC-4: an attempt or PATCH whose retries ran out is parked, durably and
+    visibly: ambiguous when any try may have landed, terminal/failed only when none did."""
     attempt = await q.occupying_attempt(conn, link_key)
     if attempt is not None and attempt["status"] in ("pending", "processing", "post_sent"):
-        sent = attempt["remote_io_started_at"] is not None or attempt["status"] == "post_sent"
-        target = "ambiguous_remote_effect" if sent else "terminal_failed"
+        profile = request_of(attempt).profile
+        recovery = await attempt_recovery(conn, attempt, profile)
+        decision = next_step(recovery.model_copy(update={"exhausted": True}))
+        ambiguous = decision.step is Step.PARK_AMBIGUOUS
         require_cas(
             await q.move_attempt(
                 conn,
                 str(attempt["attempt_id"]),
                 [attempt["status"]],
-                target,
-                last_error=f"retries exhausted: {error}",
+                "ambiguous_remote_effect" if ambiguous else "terminal_failed",
+                last_error=_exhausted_message(decision, error),
             ),
             "move_attempt",
         )
-    await pq.park_in_flight_patch(conn, link_key, f"retries exhausted: {error}")
+    patch = await pq.in_flight_patch(conn, link_key)
+    if patch is not None:
+        row = await q.link_by_key(conn, link_key)
+        assert row is not None, "links are never deleted"
+        contract = frozen_patch_profile(patch, link_snapshot(row).profile)
+        recovery = await patch_recovery(conn, patch, contract)
+        decision = next_step(recovery.model_copy(update={"exhausted": True}))
+        target = "ambiguous_remote_effect" if decision.step is Step.PARK_AMBIGUOUS else "failed"
+        message = _exhausted_message(decision, error)
+        require_cas(
+            await pq.finish_patch(conn, patch["patch_id"], target, last_error=message),
+            "finish_patch",
+        )
+
+
+def _exhausted_message(decision: Decision, error: str) -> str:
+    # The last error may describe only the last try ("not sent"): when an earlier try may
+    # have landed, the decision's reason is the whole story and nothing else is said.
+    if decision.step is Step.PARK_AMBIGUOUS:
+        return decision.reason
+    return f"{decision.reason} (last error: {error})"

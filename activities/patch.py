@@ -5,13 +5,13 @@ saver's current authority, after the before-PATCH gates and the drift
 classifier passed against the active pack. Fail-closed drift and remote
 404/409 evidence suspend the link; nothing here ever POSTs.
 
-Ambiguous PATCHes: a dispatch whose checkpoint is set and whose outcome is
-unknown ends `ambiguous_remote_effect` and is never re-sent (unless the profile
-declares PATCH replay-safe). The link stays `finalized` and `NeedsOperator`
-stays false: every PATCH carries the full mapped state, so the next save's
-PATCH converges the remote object whether or not the ambiguous one landed. The
-dispatch stays visible in `links show` (PATCH history) and in the workflow's
-details line.
+Ambiguous PATCHes: a dispatch one of whose tries may have landed (its send
+journal, `protocol.recovery`) ends `ambiguous_remote_effect` and is never
+re-sent (unless the profile declares PATCH replay-safe). The link stays
+`finalized` and `NeedsOperator` stays false: every PATCH carries the full
+mapped state, so the next save's PATCH converges the remote object whether or
+not the ambiguous one landed. The dispatch stays visible in `links show`
+(PATCH history and send journal) and in the workflow's details line.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from typing import Any
 from temporalio.exceptions import ApplicationError
 
 from activities.admission import load_context
+from activities.evidence import frozen_patch_profile, patch_recovery, record_try, retry_delay
 from activities.link_base import require_cas
 from activities.rows import jsonb, link_snapshot, profile_and_path_columns
+from db import journal as jq
 from db import links as links_q
 from db import patches as pq
 from db.records import Conn
@@ -34,15 +36,18 @@ from protocol.drift import Finding
 from protocol.errors import RejectReason, SuspendReason
 from protocol.gates import decide_patch
 from protocol.outcome import (
+    NotApplied,
     Observation,
     PatchAmbiguous,
+    PatchConflict,
     PatchFailed,
     PatchOutcome,
     PatchRetry,
     PatchSucceeded,
     PatchSuspendLink,
 )
-from protocol.snapshots import LinkSnapshot
+from protocol.recovery import Step, next_step
+from protocol.snapshots import LinkSnapshot, ProfileSnapshot
 from protocol.states import LinkStatus
 
 
@@ -53,8 +58,10 @@ class PatchSend:
     link: LinkSnapshot
     path: str
     body: Any
-    checkpointed: bool
+    journal_id: int | None  # set when the claim wrote the checkpoint and its journal row
     headers: dict[str, str]
+    contract: ProfileSnapshot  # frozen with the body (PROF-1, PROF-2)
+    earlier_may_have_landed: int = 0  # tries before this one that may have reached the remote
 
 
 def findings_json(findings: tuple[Finding, ...] | list[Finding]) -> list[dict[str, Any]]:
@@ -88,21 +95,37 @@ def precondition(link: LinkSnapshot, etag: str | None) -> dict[str, str]:
 async def _resume_sent(
     conn: Conn, patch: Any, link: LinkSnapshot, token: uuid.UUID, guard: dict[str, str]
 ) -> PatchSend | None:
-    """An earlier try may have sent this PATCH: re-send only if declared replay-safe."""
-    if not link.profile.patch_replay_safe:
-        require_cas(
-            await pq.finish_patch(
-                conn,
-                patch["patch_id"],
-                "ambiguous_remote_effect",
-                last_error="PATCH may have been sent by an earlier try; not replay-safe",
-            ),
-            "finish_patch",
-        )
-        return None
-    require_cas(await pq.rotate_patch_token(conn, patch["patch_id"], token), "rotate_patch_token")
-    body = jsonb(patch["body"])
-    return PatchSend(patch["patch_id"], token, link, patch["update_path"], body, True, guard)
+    """An earlier try passed its fence: the journal decides (REC-4). The same frozen body
+    is re-sent only if no earlier try can have landed, or the profile declares it safe."""
+    contract = frozen_patch_profile(patch, link.profile)
+    decision = next_step(await patch_recovery(conn, patch, contract))
+    patch_id = patch["patch_id"]
+    match decision.step:
+        case Step.SEND | Step.RESEND_REPLAY_SAFE:
+            checkpoint = decision.step is Step.RESEND_REPLAY_SAFE
+            claimed, journal_id = await jq.claim_patch_for_send(
+                conn, patch_id, token, checkpoint=checkpoint
+            )
+            require_cas(claimed, "claim_patch_for_send")
+            body = jsonb(patch["body"])
+            path = patch["update_path"]
+            landed = decision.may_have_landed
+            return PatchSend(patch_id, token, link, path, body, journal_id, guard, contract, landed)
+        case Step.PARK_AMBIGUOUS:
+            require_cas(
+                await pq.finish_patch(
+                    conn, patch_id, "ambiguous_remote_effect", last_error=decision.reason
+                ),
+                "finish_patch",
+            )
+        case Step.TERMINAL:
+            require_cas(
+                await pq.finish_patch(conn, patch_id, "failed", last_error=decision.reason),
+                "finish_patch",
+            )
+        case _:
+            pass
+    return None
 
 
 async def _build(
@@ -137,6 +160,7 @@ async def _build(
                 "body_fingerprint": decision.request.body_hash,
                 "update_path": decision.request.relative_path,
                 "authority_snapshot": decision.authority.model_dump(mode="json"),
+                "profile_snapshot": link.profile.model_dump(mode="json"),
             },
         ),
         "freeze_patch",
@@ -147,8 +171,9 @@ async def _build(
         link,
         decision.request.relative_path,
         decision.request.body,
-        False,
+        None,
         guard,
+        link.profile,
     )
 
 
@@ -169,71 +194,77 @@ async def _refuse(
 
 
 async def record_outcome(
-    conn: Conn, plan: PatchSend, outcome: PatchOutcome, obs: Observation
-) -> None:
-    """Persist what the remote said (PATCH-3); retryable outcomes raise for Temporal."""
+    conn: Conn, plan: PatchSend, journal_id: int, outcome: PatchOutcome, obs: Observation
+) -> StepResultHint:
+    """Persist what the remote said (PATCH-3) with this try's journal outcome, in the
+    caller's transaction; see `StepResultHint` for what the caller does next."""
+    await record_try(conn, journal_id, obs)
     response = {"status": obs.status, "transport": obs.transport.value}
-    key = plan.link.link_key
     match outcome:
-        case PatchSucceeded():
-            if etag := obs.headers.get("etag"):
-                await pq.set_remote_etag(conn, key, etag)
-            require_cas(
-                await pq.finish_patch(
-                    conn, plan.patch_id, "succeeded", token=plan.token, response=response
-                ),
-                "finish_patch",
-            )
+        case PatchSucceeded(etag=read_etag):
+            if etag := read_etag or obs.headers.get("etag"):
+                await pq.set_remote_etag(conn, plan.link.link_key, etag)
+            await _finish(conn, plan, "succeeded", None, response)
         case PatchSuspendLink(reason=reason, status=status):
-            require_cas(
-                await pq.finish_patch(
-                    conn,
-                    plan.patch_id,
-                    "failed",
-                    token=plan.token,
-                    last_error=f"remote {status}: {reason.value}",
-                    response=response,
-                ),
-                "finish_patch",
-            )
-            evidence = [
-                {
-                    "surface": "remote",
-                    "disposition": "fail_closed",
-                    "detail": f"PATCH answered {status}",
-                }
-            ]
-            await pq.suspend_link(conn, key, reason.value, evidence)
-            await pq.supersede_queued(conn, key, f"link suspended: {reason.value}")
+            await _finish(conn, plan, "failed", f"remote {status}: {reason.value}", response)
+            await _suspend(conn, plan.link.link_key, reason, f"PATCH answered {status}")
+        case PatchConflict(status=status):
+            # A conflict the read-back did not resolve (or no read-back declared).
+            reason = SuspendReason.REMOTE_CONFLICT
+            await _finish(conn, plan, "failed", f"remote {status}: {reason.value}", response)
+            await _suspend(conn, plan.link.link_key, reason, f"PATCH answered {status}")
         case PatchFailed(status=status):
-            require_cas(
-                await pq.finish_patch(
-                    conn,
-                    plan.patch_id,
-                    "failed",
-                    token=plan.token,
-                    last_error=f"remote rejected the PATCH with {status}",
-                    response=response,
-                ),
-                "finish_patch",
-            )
+            message = f"remote rejected the PATCH with {status}"
+            await _finish(conn, plan, "failed", message, response)
         case PatchAmbiguous(reason=reason):
-            require_cas(
-                await pq.finish_patch(
-                    conn,
-                    plan.patch_id,
-                    "ambiguous_remote_effect",
-                    token=plan.token,
-                    last_error=reason,
-                    response=response,
-                ),
-                "finish_patch",
-            )
+            await _finish(conn, plan, "ambiguous_remote_effect", reason, response)
+        case NotApplied(retry_after_seconds=seconds):
+            return await _not_applied(conn, plan, seconds, obs)
         case PatchRetry(retry_after_seconds=seconds):
+            # Returned, not raised: this try's journal outcome must commit first.
             delay = timedelta(seconds=seconds) if seconds is not None else None
-            raise ApplicationError(
+            return ApplicationError(
                 "PATCH will be retried", type="PatchRetry", next_retry_delay=delay
             )
+    return None
+
+
+# What the caller does after the outcome committed: wait this many seconds (a "not
+# applied" answer, in a workflow timer), raise for a Temporal retry, or nothing.
+StepResultHint = float | ApplicationError | None
+
+
+async def _not_applied(
+    conn: Conn, plan: PatchSend, retry_after: float | None, obs: Observation
+) -> StepResultHint:
+    patch = await pq.patch_by_id(conn, plan.patch_id)
+    assert patch is not None, "unfinished PATCHes are never deleted"
+    recovery = await patch_recovery(conn, patch, plan.contract)
+    decision = next_step(recovery.model_copy(update={"now": obs.now}))
+    if decision.step is Step.PARK_AMBIGUOUS:
+        await _finish(conn, plan, "ambiguous_remote_effect", decision.reason, None)
+    elif decision.step is Step.TERMINAL:
+        await _finish(conn, plan, "failed", decision.reason, None)
+    else:
+        return retry_delay(retry_after, plan.contract)
+    return None
+
+
+async def _finish(
+    conn: Conn, plan: PatchSend, target: str, error: str | None, response: dict[str, Any] | None
+) -> None:
+    require_cas(
+        await pq.finish_patch(
+            conn, plan.patch_id, target, token=plan.token, last_error=error, response=response
+        ),
+        "finish_patch",
+    )
+
+
+async def _suspend(conn: Conn, key: str, reason: SuspendReason, detail: str) -> None:
+    evidence = [{"surface": "remote", "disposition": "fail_closed", "detail": detail}]
+    await pq.suspend_link(conn, key, reason.value, evidence)
+    await pq.supersede_queued(conn, key, f"link suspended: {reason.value}")
 
 
 def validated_values(active: Any) -> dict[str, Any]:

@@ -50,8 +50,6 @@ async def send(
     relative_path: str,
     headers: Mapping[str, str],
     body: JsonValue | None,
-    *,
-    previously_started: bool = False,
 ) -> Observation:
     """Send one request and classify the outcome; never raises for transport failures."""
     all_headers = {**credential_headers(profile), **headers}
@@ -68,12 +66,11 @@ async def send(
         except httpx.TransportError as error:
             transport = _classify(error)
             span.set_attribute("connector.transport", transport.value)
-            return Observation(transport=transport, remote_io_previously_started=previously_started)
+            return Observation(transport=transport)
         span.set_attribute("http.status_code", response.status_code)
     return Observation(
         transport=Transport.RESPONSE,
         status=response.status_code,
         headers=dict(response.headers),
         body=response.content,
-        remote_io_previously_started=previously_started,
     )

@@ -12,6 +12,7 @@ from protocol.admission import AttemptSummary, Reservation
 from protocol.errors import MirrorStatus, SuspendReason
 from protocol.identity import ACTION_TYPE
 from protocol.messages import LinkView
+from protocol.recovery import JournalEntry, SendOutcome
 from protocol.snapshots import (
     ActionConfigSnapshot,
     CreateRequestSnapshot,
@@ -187,6 +188,7 @@ def link_view(
     attempt: RowLike | None,
     patches: list[str] | None = None,
     last_patch: str | None = None,
+    landed: tuple[int, int] = (0, 0),
 ) -> LinkView:
     """What the workflow publishes: link state, the newest attempt, queued PATCHes."""
     source = link if link is not None else attempt
@@ -206,6 +208,8 @@ def link_view(
         pending_patches=[PatchStatus(p) for p in patches or []],
         suspend_reason=link["suspend_reason"] if link else None,
         last_patch_status=PatchStatus(last_patch) if last_patch else None,
+        attempt_tries_may_have_landed=landed[0],
+        patch_tries_may_have_landed=landed[1],
     )
 
 
@@ -217,4 +221,20 @@ def view_of(link_key: str, row: asyncpg.Record) -> LinkView:
         jsonb(row["attempt"]),
         list(row["pending_patches"]),
         row["last_patch"],
+        (row["attempt_landed"], row["patch_landed"]),
+    )
+
+
+def journal_entries(rows: list[asyncpg.Record]) -> tuple[JournalEntry, ...]:
+    """The send journal of one attempt or PATCH, oldest try first (JRN-1)."""
+    return tuple(
+        JournalEntry(
+            journal_id=r["journal_id"],
+            outcome=SendOutcome(r["outcome"]) if r["outcome"] else None,
+            status=r["status"],
+            not_applied_statuses=tuple(r["not_applied_statuses"] or ()),
+            sending_at=r["sending_at"],
+            retry_after_seconds=r["retry_after_seconds"],
+        )
+        for r in rows
     )

@@ -15,6 +15,7 @@ from rich.table import Table
 from cli.database import AsJson, DatabaseUrl, resolve_dsn
 from cli.errors import fail
 from cli.stack.devconfig import load_dev_config
+from db import journal as journal_q
 from db import patches as patches_q
 from db.pool import create_pool
 from protocol.admission import AdmissionDecision, SaveRequest
@@ -51,9 +52,22 @@ async def _rows(dsn: str, sql: str, *args: object) -> list[dict[str, Any]]:
         await conn.close()
 
 
+JOURNAL_COLUMNS = (
+    "journal_id",
+    "attempt_ordinal",
+    "patch_id",
+    "method",
+    "sending_at",
+    "outcome",
+    "status",
+    "retry_after_seconds",
+    "may_have_landed",
+)
+
+
 async def _link_and_history(
     dsn: str, link_key: str
-) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
     conn = await asyncpg.connect(dsn)
     try:
         row = await conn.fetchrow(
@@ -61,7 +75,30 @@ async def _link_and_history(
         )
         if row is None:
             return None
-        return dict(row), [dict(r) for r in await patches_q.patch_history(conn, link_key)]
+        history = [dict(r) for r in await patches_q.patch_history(conn, link_key)]
+        return dict(row), history, _journal(await journal_q.link_journal(conn, link_key))
+    finally:
+        await conn.close()
+
+
+def _journal(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
+    """JRN-1: one line per try that passed its fence, and whether it may have landed."""
+    return [{column: r[column] for column in JOURNAL_COLUMNS} for r in rows]
+
+
+async def _attempt_and_journal(
+    dsn: str, attempt_id: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT * FROM connector_push_attempt WHERE attempt_id::text = $1", attempt_id
+        )
+        if row is None:
+            return None
+        tries = await journal_q.link_journal(conn, row["link_key"])
+        mine = [r for r in tries if r["attempt_id"] == row["attempt_id"]]
+        return dict(row), _journal(mine)
     finally:
         await conn.close()
 
@@ -128,19 +165,25 @@ def register(app: typer.Typer) -> None:
     def links_show(
         link_key: str, database_url: DatabaseUrl = None, as_json: AsJson = False
     ) -> None:
-        """One link: its row, its drift findings and its PATCH history."""
+        """One link: its row, its drift findings, its PATCH history and its send journal."""
         found = asyncio.run(_link_and_history(resolve_dsn(database_url), link_key))
         if found is None:
             fail(f"no link {link_key!r}", code=2)
-        link, history = found
+        link, history, journal = found
         findings = json.loads(link.pop("drift_findings") or "[]")
         if as_json:
-            data = {"link": link, "drift_findings": findings, "patches": history}
+            data = {
+                "link": link,
+                "drift_findings": findings,
+                "patches": history,
+                "send_journal": journal,
+            }
             console.print_json(json.dumps(data, default=str))
             return
         _print([{"field": k, "value": v} for k, v in link.items()], False, f"link {link_key}")
         _print(findings, False, "drift findings")
         _print(history, False, "PATCH history")
+        _print(journal, False, "send journal (every try that passed its fence)")
 
     @attempts.command("list")
     def attempts_list(
@@ -157,9 +200,14 @@ def register(app: typer.Typer) -> None:
 
     @attempts.command("show")
     def attempts_show(attempt_id: str, database_url: DatabaseUrl = None) -> None:
-        """One attempt row, in full, as JSON."""
-        sql = "SELECT * FROM connector_push_attempt WHERE attempt_id::text = $1"
-        _print(asyncio.run(_rows(resolve_dsn(database_url), sql, attempt_id)), True, "attempt")
+        """One attempt row in full and its send journal (every try, JRN-1), as JSON."""
+        found = asyncio.run(_attempt_and_journal(resolve_dsn(database_url), attempt_id))
+        if found is None:
+            fail(f"no attempt {attempt_id!r}", code=2)
+        attempt, journal = found
+        landed = sum(1 for t in journal if t["may_have_landed"])
+        data = {"attempt": attempt, "send_journal": journal, "tries_may_have_landed": landed}
+        console.print_json(json.dumps(data, default=str))
 
     app.add_typer(links, name="links")
     app.add_typer(attempts, name="attempts")

@@ -17,6 +17,7 @@ import asyncpg
 ILLEGAL_TRANSITION: Final = "CP001"
 ILLEGAL_INITIAL_STATUS: Final = "CP002"
 APPEND_ONLY: Final = "CP003"
+EVIDENCE_GUARD: Final = "CP004"
 
 
 class DatabaseInvariantError(Exception):
@@ -44,6 +45,11 @@ class IllegalInitialStatusError(DatabaseInvariantError):
 
 class AppendOnlyViolationError(DatabaseInvariantError):
     """STO-4: an UPDATE, DELETE or TRUNCATE on an append-only table."""
+
+
+class EvidenceGuardError(DatabaseInvariantError):
+    """JRN-2: a write that would shrink the evidence of a possible remote effect (clear a
+    checkpoint, end terminal without a definite rejection, delete, change identity)."""
 
 
 class AttemptSlotOccupiedError(DatabaseInvariantError):
@@ -86,6 +92,8 @@ def translate(exc: asyncpg.PostgresError) -> DatabaseInvariantError | None:
         return IllegalInitialStatusError(message, detail["lifecycle"], detail["to"])
     if exc.sqlstate == APPEND_ONLY:
         return AppendOnlyViolationError(message)
+    if exc.sqlstate == EVIDENCE_GUARD:
+        return EvidenceGuardError(message)
     if isinstance(exc, asyncpg.UniqueViolationError):
         error_type = UNIQUE_INDEX_ERRORS.get(exc.constraint_name or "")
         return error_type(message) if error_type else None

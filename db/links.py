@@ -74,61 +74,6 @@ async def insert_attempt(conn: Conn, values: dict[str, Any]) -> str:
     return str(attempt_id)
 
 
-async def claim_attempt(
-    conn: Conn, attempt_id: str, token: uuid.UUID, *, checkpoint: bool = False
-) -> Row | None:
-    """pending -> processing (or a lost pre-I/O lease re-claimed) with a fresh fencing token;
-    with `checkpoint`, RemoteIOStartedAt is written by the same compare-and-set."""
-    return await conn.fetchrow(
-        """
-        UPDATE connector_push_attempt
-        SET status = 'processing', claim_token = $2, claimed_at = now(),
-            remote_io_started_at = CASE WHEN $4 THEN now() END,
-            retry_count = retry_count + CASE WHEN claim_token IS NULL THEN 0 ELSE 1 END
-        WHERE attempt_id = $1 AND status IN ('pending', 'processing')
-          AND remote_io_started_at IS NULL AND dispatch_lane = ANY($3::text[])
-        RETURNING *
-        """,
-        uuid.UUID(attempt_id),
-        token,
-        CLAIMABLE_LANES,
-        checkpoint,
-    )
-
-
-async def checkpoint_remote_io(conn: Conn, attempt_id: str, token: uuid.UUID) -> bool:
-    """REC-1: write RemoteIOStartedAt iff this claim still owns the row; False -> send nothing."""
-    row = await conn.fetchval(
-        """
-        UPDATE connector_push_attempt SET remote_io_started_at = now()
-        WHERE attempt_id = $1 AND claim_token = $2 AND status = 'processing'
-          AND remote_io_started_at IS NULL
-        RETURNING 1
-        """,
-        uuid.UUID(attempt_id),
-        token,
-    )
-    return row is not None
-
-
-async def reclaim_for_resend(conn: Conn, attempt_id: str, token: uuid.UUID) -> bool:
-    """A replay-safe resend of the same frozen request: rotate the token, keep the checkpoint."""
-    row = await conn.fetchval(
-        """
-        UPDATE connector_push_attempt
-        SET claim_token = $2, claimed_at = now(), retry_count = retry_count + 1,
-            remote_io_started_at = now()
-        WHERE attempt_id = $1 AND status = 'processing' AND remote_io_started_at IS NOT NULL
-          AND dispatch_lane = ANY($3::text[])
-        RETURNING 1
-        """,
-        uuid.UUID(attempt_id),
-        token,
-        CLAIMABLE_LANES,
-    )
-    return row is not None
-
-
 async def move_attempt(
     conn: Conn,
     attempt_id: str,
@@ -289,7 +234,8 @@ async def deferred_dependants(conn: Conn, owner_key: str, source_record_id: str)
 
 
 async def view_rows(conn: Conn, link_key: str) -> Row:
-    """In one round trip: the link, its newest attempt, queued PATCHes, the last PATCH."""
+    """In one round trip: the link, its newest attempt, queued PATCHes, the last PATCH and
+    how many tries of the newest attempt and PATCH may have landed (JRN-1)."""
     row = await conn.fetchrow(
         """
         SELECT
@@ -307,7 +253,18 @@ async def view_rows(conn: Conn, link_key: str) -> Row:
                 ORDER BY created_at) AS pending_patches,
           (SELECT status FROM connector_patch_dispatch
            WHERE link_key = $1 AND status NOT IN ('pending', 'superseded')
-           ORDER BY updated_at DESC LIMIT 1) AS last_patch
+           ORDER BY updated_at DESC LIMIT 1) AS last_patch,
+          (SELECT count(*) FROM connector_send_journal j
+           WHERE j.attempt_id = (SELECT attempt_id FROM connector_push_attempt
+                                 WHERE link_key = $1 ORDER BY attempt_ordinal DESC LIMIT 1)
+             AND send_try_may_have_landed('create', j.outcome, j.status,
+                                          j.not_applied_statuses)) AS attempt_landed,
+          (SELECT count(*) FROM connector_send_journal j
+           WHERE j.patch_id = (SELECT patch_id FROM connector_patch_dispatch
+                               WHERE link_key = $1 AND status <> 'pending'
+                               ORDER BY created_at DESC LIMIT 1)
+             AND send_try_may_have_landed('patch', j.outcome, j.status,
+                                          j.not_applied_statuses)) AS patch_landed
         """,
         link_key,
     )
@@ -338,21 +295,27 @@ async def lineage_rows(
     )
 
 
-async def clear_checkpoint(conn: Conn, attempt_id: str, token: uuid.UUID) -> None:
-    """The request provably never left: the attempt is pre-I/O again (REC-1)."""
-    await conn.execute(
-        """
-        UPDATE connector_push_attempt SET remote_io_started_at = NULL
-        WHERE attempt_id = $1 AND claim_token = $2 AND status = 'processing'
-        """,
-        uuid.UUID(attempt_id),
-        token,
-    )
-
-
 async def set_superseded_by(conn: Conn, attempt_id: str, successor: uuid.UUID) -> None:
     await conn.execute(
         "UPDATE connector_push_attempt SET superseded_by = $2 WHERE attempt_id = $1",
         uuid.UUID(attempt_id),
         successor,
     )
+
+
+async def locator_owner(
+    conn: Conn, owner_key: str, destination_slot_id: str, remote_scope: str, remote_id: str
+) -> str | None:
+    """The non-retired link that owns this remote locator (ID-4), if any."""
+    owner: str | None = await conn.fetchval(
+        """
+        SELECT link_key FROM connector_remote_link
+        WHERE connector_owner_key = $1 AND destination_slot_id = $2 AND remote_scope = $3
+          AND remote_id = $4 AND status <> 'retired'
+        """,
+        owner_key,
+        destination_slot_id,
+        remote_scope,
+        remote_id,
+    )
+    return owner

@@ -79,7 +79,7 @@ async def freeze_patch(
         """
         UPDATE connector_patch_dispatch
         SET body = $3::jsonb, body_fingerprint = $4, update_path = $5,
-            authority_snapshot = $6::jsonb
+            authority_snapshot = $6::jsonb, profile_snapshot = $7::jsonb
         WHERE patch_id = $1 AND claim_token = $2 AND status = 'processing'
         RETURNING 1
         """,
@@ -89,36 +89,7 @@ async def freeze_patch(
         values["body_fingerprint"],
         values["update_path"],
         json.dumps(values["authority_snapshot"]),
-    )
-    return row is not None
-
-
-async def checkpoint_patch(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) -> bool:
-    row = await conn.fetchval(
-        """
-        UPDATE connector_patch_dispatch SET remote_io_started_at = now()
-        WHERE patch_id = $1 AND claim_token = $2 AND status = 'processing'
-          AND remote_io_started_at IS NULL
-        RETURNING 1
-        """,
-        patch_id,
-        token,
-    )
-    return row is not None
-
-
-async def rotate_patch_token(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) -> bool:
-    """A replay-safe resend: a fresh token, the checkpoint kept (and refreshed)."""
-    row = await conn.fetchval(
-        """
-        UPDATE connector_patch_dispatch
-        SET claim_token = $2, claimed_at = now(), retry_count = retry_count + 1,
-            remote_io_started_at = now()
-        WHERE patch_id = $1 AND status = 'processing'
-        RETURNING 1
-        """,
-        patch_id,
-        token,
+        json.dumps(values["profile_snapshot"]),
     )
     return row is not None
 
@@ -191,34 +162,20 @@ async def patch_history(conn: Conn, link_key: str) -> list[Row]:
     )
 
 
-async def clear_patch_checkpoint(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) -> None:
-    """The PATCH provably never left: pre-I/O again."""
-    await conn.execute(
-        """
-        UPDATE connector_patch_dispatch SET remote_io_started_at = NULL
-        WHERE patch_id = $1 AND claim_token = $2 AND status = 'processing'
-        """,
-        patch_id,
-        token,
-    )
-
-
-async def park_in_flight_patch(conn: Conn, link_key: str, error: str) -> None:
-    """REC-3 for PATCHes: unsent -> failed; possibly sent -> ambiguous_remote_effect."""
-    await conn.execute(
-        """
-        UPDATE connector_patch_dispatch
-        SET status = CASE WHEN remote_io_started_at IS NULL THEN 'failed'
-                          ELSE 'ambiguous_remote_effect' END,
-            last_error = $2
-        WHERE link_key = $1 AND status = 'processing'
-        """,
-        link_key,
-        error,
-    )
-
-
 async def set_remote_etag(conn: Conn, link_key: str, etag: str) -> None:
+    await conn.execute(
+        "UPDATE connector_remote_link SET remote_etag = $2 WHERE link_key = $1", link_key, etag
+    )
+
+
+async def patch_by_id(conn: Conn, patch_id: uuid.UUID) -> Row | None:
+    return await conn.fetchrow(
+        "SELECT * FROM connector_patch_dispatch WHERE patch_id = $1 FOR UPDATE", patch_id
+    )
+
+
+async def replace_remote_etag(conn: Conn, link_key: str, etag: str | None) -> None:
+    """An operator's revalidation: the entity tag read back (or none) replaces the old."""
     await conn.execute(
         "UPDATE connector_remote_link SET remote_etag = $2 WHERE link_key = $1", link_key, etag
     )

@@ -35,6 +35,7 @@ from pydantic import JsonValue
 from protocol.active import ActiveMetadata
 from protocol.identity import InvalidIdentityPart, check_part, link_key
 from protocol.manifest import MirrorSpec, PackManifest
+from protocol.remote_ids import RemoteIdError, check_remote_id
 from protocol.snapshots import Snapshot
 from protocol.states import AttemptStatus, LinkStatus
 
@@ -315,8 +316,9 @@ def _text(fields: dict[str, JsonValue], name: str, malformed: list[str]) -> str 
         return None
     if isinstance(value, str):
         try:
-            return check_part(name, value)
-        except InvalidIdentityPart:
+            # PROF-4: a remote id (and a provenance) is adopted only in canonical form.
+            return check_remote_id(check_part(name, value))
+        except (InvalidIdentityPart, RemoteIdError):
             pass
     malformed.append(name)
     return None

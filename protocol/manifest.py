@@ -165,6 +165,30 @@ class Precondition(PackModel):
     header: NonEmpty
 
 
+class Readback(PackModel):
+    """PROF-2: a GET that returns the object, so a re-sent PATCH answered 412 can be
+    compared with what it sent. `path` defaults to the PATCH's own update path."""
+
+    path: UpdatePath | None = None
+
+
+def _http_error_status(value: int) -> int:
+    if not 400 <= value <= 599:
+        raise ValueError("must be an HTTP error status (400-599)")
+    return value
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as error:
+        raise ValueError(f"not a regular expression: {error}") from error
+    return value
+
+
+HttpErrorStatus = Annotated[int, AfterValidator(_http_error_status)]
+
+
 class LocatorRecovery(PackModel):
     """Unique-locator recovery: the runtime fills `remote_property` with its locator
     at create time and, after an ambiguous POST, GETs `lookup_path` to find the object."""
@@ -184,6 +208,20 @@ class Profile(PackModel):
     idempotency: Idempotency = Idempotency()
     precondition: Precondition | None = None
     locator_recovery: LocatorRecovery | None = None
+    # PROF-1: answers the remote documents as "not processed" (e.g. 429): such a try had
+    # no effect, so the same frozen request is re-sent after Retry-After, within a time
+    # budget that does not use up the retry count.
+    not_applied_statuses: tuple[HttpErrorStatus, ...] = ()
+    not_applied_budget_seconds: int = Field(default=900, gt=0, le=86_400)
+    readback: Readback | None = None
+    # PROF-4: a remote id must fully match this pattern (beyond the default rule).
+    remote_id_pattern: Annotated[str, AfterValidator(_regex)] | None = None
+
+    @_model_validator(mode="after")
+    def _readback_needs_precondition(self) -> Profile:
+        if self.readback is not None and self.precondition is None:
+            raise ValueError("readback: only a profile with a precondition may declare one")
+        return self
 
 
 class LineageEntry(PackModel):

@@ -58,6 +58,8 @@ class StepKind(StrEnum):
     PARKED = "parked"  # needs an operator: ambiguous, terminal, foreign lane
     WAITING = "waiting"  # deferred association target not finalized yet
     PATCH_PENDING = "patch_pending"  # a finalized link has a queued PATCH
+    # PROF-1: the remote answered "not applied"; wait `retry_after_seconds`, send again.
+    RETRY_LATER = "retry_later"
 
 
 class LinkView(Message):
@@ -78,6 +80,9 @@ class LinkView(Message):
     pending_patches: list[PatchStatus] = Field(default_factory=list)
     suspend_reason: str | None = None
     last_patch_status: PatchStatus | None = None
+    # JRN-1: tries of the newest attempt / newest PATCH that may have reached the remote.
+    attempt_tries_may_have_landed: int = 0
+    patch_tries_may_have_landed: int = 0
     # Set by the workflow's `state` query once the run has read Postgres.
     loaded: bool = False
 
@@ -91,6 +96,7 @@ class StepResult(Message):
     kind: StepKind
     view: LinkView
     detail: str | None = None
+    retry_after_seconds: float | None = None
     # Links whose deferred create waited on this one (LANE-2): the workflow wakes them.
     dependants: list[str] = Field(default_factory=list)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from protocol.errors import SuspendReason
 from protocol.messages import LinkView
 from protocol.states import AttemptStatus, LinkStatus, ProtocolError
 
@@ -41,6 +42,13 @@ def check_operator_action(action: OperatorAction, view: LinkView) -> None:
             _require(attempt in _MARKABLE, action, "attempt", attempt)
         case OperatorAction.REVALIDATE:
             _require(link is LinkStatus.SUSPENDED_DRIFT, action, "link", link)
+            if view.suspend_reason == SuspendReason.REMOTE_DELETED.value:
+                # The object is gone: revalidating would PATCH nothing, or worse invite a
+                # re-create. Retire the link (or rebind it with evidence) instead.
+                raise ProtocolError(
+                    "revalidate does not apply: the remote object was deleted "
+                    "(remote_deleted); retire the link instead"
+                )
 
 
 def _require(ok: bool, action: OperatorAction, row: str, status: object) -> None:

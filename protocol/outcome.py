@@ -18,11 +18,11 @@ from pydantic import Field, JsonValue, field_validator
 from protocol.canonical import sha256_hex
 from protocol.errors import SuspendReason
 from protocol.jsonpath import extract_id
+from protocol.recovery import RETRYABLE_4XX, SendOutcome
+from protocol.remote_ids import is_canonical
 from protocol.snapshots import ProfileSnapshot, Snapshot
-from protocol.states import AttemptStatus
 
-# 408 Request Timeout, 425 Too Early, 429 Too Many Requests: "not processed (yet)".
-_RETRY_STATUSES = frozenset({408, 425, 429})
+_RETRY_STATUSES = RETRYABLE_4XX
 _PATCH_DELETED = frozenset({404, 410})
 _PATCH_CONFLICT = frozenset({409, 412})
 
@@ -36,14 +36,12 @@ class Transport(StrEnum):
 
 
 class Observation(Snapshot):
-    """What one send observed. `remote_io_previously_started`: the checkpoint was
-    already set when this try began, so an earlier send may have landed."""
+    """What one send observed (earlier tries are the send journal's business)."""
 
     transport: Transport
     status: int | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     body: bytes | None = None
-    remote_io_previously_started: bool = False
     now: datetime | None = None  # only to resolve an HTTP-date Retry-After
 
     @field_validator("headers")
@@ -75,6 +73,15 @@ class RateLimited(Snapshot):
     retry_after_seconds: float | None
 
 
+class NotApplied(Snapshot):
+    """PROF-1: the remote answered a status the frozen contract declares "not processed":
+    this try had no effect; the same frozen request may be re-sent after `retry_after`."""
+
+    kind: Literal["not_applied"] = "not_applied"
+    status: int
+    retry_after_seconds: float | None
+
+
 class Ambiguous(Snapshot):
     """No POST may follow; `locator_recovery` says a unique-locator lookup may resolve it."""
 
@@ -83,7 +90,7 @@ class Ambiguous(Snapshot):
     locator_recovery: bool
 
 
-PostOutcome = Created | RemoteRejected | RetrySameRequest | RateLimited | Ambiguous
+PostOutcome = Created | RemoteRejected | RetrySameRequest | RateLimited | NotApplied | Ambiguous
 
 
 def body_hash(body: bytes | None) -> str | None:
@@ -119,26 +126,38 @@ def interpret_post(
     replay_safe = profile.post_replay_safe
     match obs.transport:
         case Transport.NOT_SENT:
-            if obs.remote_io_previously_started and not replay_safe:
-                return Ambiguous(reason="earlier_send_may_have_landed", locator_recovery=locator)
+            # This try proved nothing left; whether an earlier one landed is the journal's
+            # question, answered by the next try's plan (protocol.recovery.next_step).
             return RetrySameRequest(reason="not_sent")
         case Transport.TIMEOUT | Transport.RESET_AFTER_SEND | Transport.ERROR_AFTER_SEND:
             if replay_safe:
                 return RetrySameRequest(reason=f"{obs.transport.value}_replay_safe")
             return Ambiguous(reason=obs.transport.value, locator_recovery=locator)
         case Transport.RESPONSE:
-            return _interpret_status(obs, response_id_path, replay_safe, locator)
+            return _interpret_status(obs, response_id_path, profile)
         case _:
             assert_never(obs.transport)
 
 
+def _not_applied(obs: Observation, profile: ProfileSnapshot) -> NotApplied | None:
+    if obs.status is None or obs.status not in profile.not_applied_statuses:
+        return None
+    retry_after = parse_retry_after(obs.headers.get("retry-after"), obs.now)
+    return NotApplied(status=obs.status, retry_after_seconds=retry_after)
+
+
 def _interpret_status(
-    obs: Observation, response_id_path: str, replay_safe: bool, locator: bool
+    obs: Observation, response_id_path: str, profile: ProfileSnapshot
 ) -> PostOutcome:
+    locator = profile.locator_recovery is not None
+    replay_safe = profile.post_replay_safe
     status = obs.status or 0
+    if refused := _not_applied(obs, profile):
+        return refused
     if 200 <= status < 300:
         remote_id = extract_id(parse_json(obs.body), response_id_path)
-        if remote_id is None:
+        if remote_id is None or not is_canonical(remote_id, profile.remote_id_pattern):
+            # PROF-4: an id we could not store as given is no id: the object may exist.
             return Ambiguous(reason="unparseable_success", locator_recovery=locator)
         return Created(remote_id=remote_id, status=status, body_hash=body_hash(obs.body) or "")
     if status in _RETRY_STATUSES or 500 <= status < 600:
@@ -152,47 +171,6 @@ def _interpret_status(
         return RemoteRejected(status=status, body_hash=body_hash(obs.body))
     # 409 (e.g. a unique value already exists), 1xx/3xx or no status: effect unknown.
     return Ambiguous(reason=f"status_{status}", locator_recovery=locator)
-
-
-class ResumeAction(StrEnum):
-    CLAIM_AND_POST = "claim_and_post"
-    RETRY_SAME_REQUEST = "retry_same_request"
-    RECOVER_BY_LOCATOR = "recover_by_locator"
-    MARK_AMBIGUOUS = "mark_ambiguous"
-    RESUME_WRITEBACK = "resume_writeback"
-    NOTHING = "nothing"
-
-
-def resume_post(
-    status: AttemptStatus, remote_io_started: bool, profile: ProfileSnapshot
-) -> ResumeAction:
-    """What a (re)started POST activity may do with the attempt it reads first (REC-1)."""
-    match status:
-        case AttemptStatus.PENDING:
-            return ResumeAction.CLAIM_AND_POST
-        case AttemptStatus.PROCESSING if not remote_io_started:
-            return ResumeAction.CLAIM_AND_POST
-        case AttemptStatus.PROCESSING | AttemptStatus.POST_SENT:
-            return _after_possible_effect(profile)
-        case AttemptStatus.WRITEBACK_PENDING:
-            return ResumeAction.RESUME_WRITEBACK
-        case (
-            AttemptStatus.AMBIGUOUS_REMOTE_EFFECT
-            | AttemptStatus.FINALIZED
-            | AttemptStatus.TERMINAL_FAILED
-            | AttemptStatus.SUPERSEDED
-        ):
-            return ResumeAction.NOTHING
-        case _:
-            assert_never(status)
-
-
-def _after_possible_effect(profile: ProfileSnapshot) -> ResumeAction:
-    if profile.post_replay_safe:
-        return ResumeAction.RETRY_SAME_REQUEST
-    if profile.locator_recovery is not None:
-        return ResumeAction.RECOVER_BY_LOCATOR
-    return ResumeAction.MARK_AMBIGUOUS
 
 
 class LocatorFound(Snapshot):
@@ -222,6 +200,7 @@ def interpret_locator_lookup(obs: Observation, response_id_path: str) -> Locator
 
 class PatchSucceeded(Snapshot):
     kind: Literal["patch_succeeded"] = "patch_succeeded"
+    etag: str | None = None  # from a read-back, when that is what proved it applied
 
 
 class PatchSuspendLink(Snapshot):
@@ -245,23 +224,40 @@ class PatchAmbiguous(Snapshot):
     reason: str
 
 
-PatchOutcome = PatchSucceeded | PatchSuspendLink | PatchFailed | PatchRetry | PatchAmbiguous
+class PatchConflict(Snapshot):
+    """409/412: a remote conflict, unless an earlier try of ours caused it (PROF-2)."""
+
+    kind: Literal["patch_conflict"] = "patch_conflict"
+    status: int
 
 
-def interpret_patch(obs: Observation, patch_replay_safe: bool) -> PatchOutcome:
-    """PATCH-3: 404/410 and 409/412 suspend the link; never a replacement POST."""
-    replayable = patch_replay_safe or not obs.remote_io_previously_started
+PatchOutcome = (
+    PatchSucceeded
+    | PatchSuspendLink
+    | PatchConflict
+    | PatchFailed
+    | PatchRetry
+    | NotApplied
+    | PatchAmbiguous
+)
+
+
+def interpret_patch(obs: Observation, profile: ProfileSnapshot) -> PatchOutcome:
+    """PATCH-3: 404/410 suspend the link, 409/412 are conflicts; never a replacement POST."""
+    patch_replay_safe = profile.patch_replay_safe
     if obs.transport is Transport.NOT_SENT:
-        return PatchRetry() if replayable else PatchAmbiguous(reason="earlier_send")
+        return PatchRetry()  # this try left nothing; the journal decides the next one
     if obs.transport is not Transport.RESPONSE or obs.status is None:
         return PatchRetry() if patch_replay_safe else PatchAmbiguous(reason=obs.transport.value)
     status = obs.status
+    if refused := _not_applied(obs, profile):
+        return refused
     if 200 <= status < 300:
         return PatchSucceeded()
     if status in _PATCH_DELETED:
         return PatchSuspendLink(reason=SuspendReason.REMOTE_DELETED, status=status)
     if status in _PATCH_CONFLICT:
-        return PatchSuspendLink(reason=SuspendReason.REMOTE_CONFLICT, status=status)
+        return PatchConflict(status=status)
     if status in _RETRY_STATUSES or 500 <= status < 600:
         if not patch_replay_safe:
             return PatchAmbiguous(reason=f"status_{status}_not_replay_safe")
@@ -271,3 +267,16 @@ def interpret_patch(obs: Observation, patch_replay_safe: bool) -> PatchOutcome:
     if 400 <= status < 500:
         return PatchFailed(status=status)
     return PatchAmbiguous(reason=f"status_{status}")
+
+
+def send_outcome(obs: Observation) -> SendOutcome:
+    """The journal's transport outcome of one try (JRN-1)."""
+    match obs.transport:
+        case Transport.NOT_SENT:
+            return SendOutcome.NOT_SENT
+        case Transport.RESPONSE:
+            return SendOutcome.ANSWERED
+        case Transport.TIMEOUT | Transport.RESET_AFTER_SEND | Transport.ERROR_AFTER_SEND:
+            return SendOutcome.NO_ANSWER
+        case _:
+            assert_never(obs.transport)

@@ -86,6 +86,12 @@ class ProfileSnapshot(Snapshot):
     patch_replay_safe: bool
     precondition_header: str | None
     locator_recovery: LocatorRecovery | None
+    # Added with the send journal (§14.2); absent from snapshots frozen before it.
+    not_applied_statuses: tuple[int, ...] = ()
+    not_applied_budget_seconds: int = 900
+    readback: bool = False
+    readback_path_template: str | None = None
+    remote_id_pattern: str | None = None
 
     @classmethod
     def of(cls, profile: Profile) -> ProfileSnapshot:
@@ -104,6 +110,11 @@ class ProfileSnapshot(Snapshot):
             patch_replay_safe=profile.idempotency.patch_replay_safe,
             precondition_header=profile.precondition.header if profile.precondition else None,
             locator_recovery=profile.locator_recovery,
+            not_applied_statuses=tuple(sorted(set(profile.not_applied_statuses))),
+            not_applied_budget_seconds=profile.not_applied_budget_seconds,
+            readback=profile.readback is not None,
+            readback_path_template=profile.readback.path if profile.readback else None,
+            remote_id_pattern=profile.remote_id_pattern,
         )
 
     @property

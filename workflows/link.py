@@ -61,6 +61,7 @@ ASSOCIATION_RECHECK = timedelta(seconds=60)
 MAX_STEPS_PER_WAKE = 20
 # workflow.patched ids: histories recorded before a change keep replaying.
 PARKED_STAYS_OPEN = "parked-link-stays-open"
+BOUNDED_RUNS = "bounded-runs"
 
 REMOTE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -150,7 +151,7 @@ class LinkWorkflow:
 
     async def _drain(self) -> None:
         steps = 0
-        while self._has_work() and steps < MAX_STEPS_PER_WAKE:
+        while self._has_work() and not self._yield_now(steps):
             steps += 1
             if self._evidence:
                 await self._remote_evidence(self._evidence.pop(0))
@@ -161,10 +162,31 @@ class LinkWorkflow:
             if result.kind is StepKind.WRITEBACK_PENDING:
                 result = await self._mirror(result.view)
             while result.kind is StepKind.FINALIZED and result.view.pending_patches:
+                if self._yield_now(steps, patch_loop=True):
+                    self._wake = True  # the queued PATCH is picked up after the check
+                    break
                 steps += 1
                 result = await self._patch_step()
+            if result.kind is StepKind.RETRY_LATER:
+                await self._retry_later(result)
         if steps >= MAX_STEPS_PER_WAKE:
             self._wake = True  # more to do: continue after the continue-as-new check
+
+    def _yield_now(self, steps: int, *, patch_loop: bool = False) -> bool:
+        """Stop draining so the run reaches its continue-as-new check: history stays bounded
+        (the PATCH loop had no bound; histories recorded before it still replay)."""
+        over = steps >= MAX_STEPS_PER_WAKE
+        if over and not patch_loop:
+            return True  # the drain's original bound
+        if not over and not workflow.info().is_continue_as_new_suggested():
+            return False
+        return workflow.patched(BOUNDED_RUNS)
+
+    async def _retry_later(self, result: StepResult) -> None:
+        """PROF-1: the remote said "not applied": wait in a timer, not in the retry budget."""
+        delay = timedelta(seconds=result.retry_after_seconds or 1.0)
+        await workflow.sleep(delay, summary=result.detail or "remote asked to retry later")
+        self._wake = True
 
     async def _guarded(self, call: Awaitable[StepResult]) -> StepResult:
         """Run one activity step; publish its durable view whatever the outcome."""
@@ -309,6 +331,8 @@ class LinkWorkflow:
 
     @reconcile.validator
     def _validate_reconcile(self, request: ReconcileInput) -> None:
+        # PROF-4 (canonical id) and ID-4 are checked by the activity, which can name the
+        # link that owns the id; a refusal there changes nothing either.
         self._validate(OperatorAction.RECONCILE)
 
     @workflow.update
@@ -363,6 +387,12 @@ def _details_markdown(view: LinkView) -> str:
     ]
     if view.last_patch_status is not None:
         lines.append(f"**last PATCH** `{view.last_patch_status}`")
+    landed = view.attempt_tries_may_have_landed + view.patch_tries_may_have_landed
+    if landed:
+        lines.append(
+            f"**tries that may have landed** create {view.attempt_tries_may_have_landed},"
+            f" PATCH {view.patch_tries_may_have_landed} (send journal: `links show`)"
+        )
     if view.suspend_reason:
         lines.append(f"**suspended**: `{view.suspend_reason}` (revalidate or retire)")
     elif view.needs_operator:

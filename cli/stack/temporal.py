@@ -42,6 +42,8 @@ class TemporalDevServer:
     db_file: Path | None
     ui: bool = True
     log_path: Path | None = None
+    # e.g. ["--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=80"] (tests)
+    extra_args: list[str] = field(default_factory=list)
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log: IO[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -78,7 +80,7 @@ class TemporalDevServer:
                 args += ["--sqlite-pragma", f"{pragma}={value}"]
         for name, kind in cfg.search_attributes.items():
             args += ["--search-attribute", f"{name}={kind}"]
-        return args
+        return args + self.extra_args
 
     def start(self) -> None:
         """Start the server; raise `StackError` with the fix when a port is busy."""

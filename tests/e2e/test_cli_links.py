@@ -28,6 +28,20 @@ async def test_links_show_prints_findings_and_patch_history(
     assert data["link"]["status"] == "finalized"
     assert [f["surface"] for f in data["drift_findings"]] == ["pack_upgraded", "flow_version"]
     assert [p["status"] for p in data["patches"]] == ["succeeded"]
+    # JRN-1: the create's try and the PATCH's try, each answered.
+    tries = data["send_journal"]
+    assert [(t["method"], t["outcome"], t["may_have_landed"]) for t in tries] == [
+        ("POST", "answered", True),
+        ("PATCH", "answered", True),
+    ]
+    attempt_id = (await stack.attempt(link["link_key"]))["attempt_id"]
+    args = ["attempts", "show", str(attempt_id), "--database-url", db_dsn]
+    shown = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert shown.exit_code == 0, shown.output
+    detail = json.loads(shown.output)
+    assert detail["attempt"]["status"] == "finalized"
+    assert [t["status"] for t in detail["send_journal"]] == [201]
+    assert detail["tries_may_have_landed"] == 1
 
 
 def test_links_show_unknown_key_is_a_clear_error(db_dsn: str) -> None:

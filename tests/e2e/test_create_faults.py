@@ -448,7 +448,8 @@ async def test_same_remote_id_for_two_records_parks_the_second(rig: Rig) -> None
     first (a de-duplicating or merging remote). Crafted reliably with a `status` fault
     whose body is the first object's HubSpot representation: the runtime reads a clean
     201 with a remote id some other link owns. The unique locator index refuses the second
-    link; the attempt parks `stale_remote_locator`; no two links claim the id."""
+    link; the attempt parks `stale_remote_locator` — ambiguous, not terminal, because its
+    create may have landed (JRN-2) — naming the owning link; no two links claim the id."""
     stack = rig.stack
     await rig.start_worker()
     await stack.push("c-001")
@@ -460,8 +461,9 @@ async def test_same_remote_id_for_two_records_parks_the_second(rig: Rig) -> None
     )
     await stack.push("c-002")
     key = contact_key("c-002")
-    second = await _status(stack, key, "terminal_failed")
+    second = await _status(stack, key, "ambiguous_remote_effect")
     assert second["last_error"] is not None and "stale_remote_locator" in second["last_error"]
+    assert contact_key("c-001") in second["last_error"]
     assert await stack.link(key) is None
     owners = await stack.pool.fetchval(
         "SELECT count(*) FROM connector_remote_link WHERE remote_id = $1", remote_id

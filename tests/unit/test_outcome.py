@@ -13,8 +13,10 @@ from protocol.outcome import (
     Created,
     LocatorAbsent,
     LocatorFound,
+    NotApplied,
     Observation,
     PatchAmbiguous,
+    PatchConflict,
     PatchFailed,
     PatchRetry,
     PatchSucceeded,
@@ -22,22 +24,22 @@ from protocol.outcome import (
     PostOutcome,
     RateLimited,
     RemoteRejected,
-    ResumeAction,
     Transport,
     interpret_locator_lookup,
     interpret_patch,
     interpret_post,
     parse_retry_after,
-    resume_post,
 )
 from protocol.snapshots import ProfileSnapshot
-from protocol.states import AttemptStatus
 from tests.unit.factories import demo_manifest
 
 MANIFEST = demo_manifest()
 IDEMPOTENT = ProfileSnapshot.of(MANIFEST.profiles[0])
 PLAIN = ProfileSnapshot.of(MANIFEST.profiles[1])
 LOCATOR = ProfileSnapshot.of(MANIFEST.profiles[2])
+# The demo pack declares 429 "not applied" (PROF-1); without it the POST-4 rule stands.
+UNDECLARED_IDEMPOTENT = IDEMPOTENT.model_copy(update={"not_applied_statuses": ()})
+UNDECLARED_PLAIN = PLAIN.model_copy(update={"not_applied_statuses": ()})
 
 
 def response(status: int, body: object = None, **headers: str) -> Observation:
@@ -64,8 +66,12 @@ def kind(outcome: PostOutcome) -> str:
         (response(408), PLAIN, "ambiguous"),
         (response(425), IDEMPOTENT, "retry_same_request"),
         (response(425), PLAIN, "ambiguous"),
-        (response(429, **{"Retry-After": "3"}), IDEMPOTENT, "rate_limited"),
-        (response(429), PLAIN, "ambiguous"),
+        (response(429, **{"Retry-After": "3"}), UNDECLARED_IDEMPOTENT, "rate_limited"),
+        (response(429), UNDECLARED_PLAIN, "ambiguous"),
+        (response(429, **{"Retry-After": "3"}), IDEMPOTENT, "not_applied"),
+        (response(429), PLAIN, "not_applied"),
+        (response(429), LOCATOR, "not_applied"),
+        (response(503), PLAIN.model_copy(update={"not_applied_statuses": (503,)}), "not_applied"),
         (response(500), IDEMPOTENT, "retry_same_request"),
         (response(503), PLAIN, "ambiguous"),
         (response(502), LOCATOR, "ambiguous"),
@@ -74,17 +80,12 @@ def kind(outcome: PostOutcome) -> str:
         (Observation(transport=Transport.RESET_AFTER_SEND), PLAIN, "ambiguous"),
         (Observation(transport=Transport.ERROR_AFTER_SEND), PLAIN, "ambiguous"),
         (Observation(transport=Transport.TIMEOUT), IDEMPOTENT, "retry_same_request"),
+        # Whether an earlier try landed is the journal's question (tests/unit/test_recovery).
         (Observation(transport=Transport.NOT_SENT), PLAIN, "retry_same_request"),
-        (
-            Observation(transport=Transport.NOT_SENT, remote_io_previously_started=True),
-            PLAIN,
-            "ambiguous",
-        ),
-        (
-            Observation(transport=Transport.NOT_SENT, remote_io_previously_started=True),
-            IDEMPOTENT,
-            "retry_same_request",
-        ),
+        (Observation(transport=Transport.NOT_SENT), IDEMPOTENT, "retry_same_request"),
+        # PROF-4: a success whose id is not canonical is no id.
+        (response(201, {"id": " 42"}), PLAIN, "ambiguous"),
+        (response(201, {"id": "4\u00002"}), PLAIN, "ambiguous"),
     ],
 )
 def test_post_interpretation(obs: Observation, profile: ProfileSnapshot, expected: str) -> None:
@@ -108,8 +109,10 @@ def test_ambiguous_reports_locator_recovery() -> None:
 def test_rejected_and_rate_limited_details() -> None:
     rejected = interpret_post(response(400, {"m": 1}), "$.id", PLAIN)
     assert isinstance(rejected, RemoteRejected) and rejected.status == 400
-    limited = interpret_post(response(429, **{"Retry-After": "3"}), "$.id", IDEMPOTENT)
+    limited = interpret_post(response(429, **{"Retry-After": "3"}), "$.id", UNDECLARED_IDEMPOTENT)
     assert limited == RateLimited(retry_after_seconds=3.0)
+    refused = interpret_post(response(429, **{"Retry-After": "3"}), "$.id", PLAIN)
+    assert refused == NotApplied(status=429, retry_after_seconds=3.0)
 
 
 def test_retry_after_http_date_uses_callers_clock() -> None:
@@ -119,29 +122,6 @@ def test_retry_after_http_date_uses_callers_clock() -> None:
     assert parse_retry_after("soon", now) is None
 
 
-@pytest.mark.parametrize(
-    ("status", "started", "profile", "expected"),
-    [
-        (AttemptStatus.PENDING, False, PLAIN, ResumeAction.CLAIM_AND_POST),
-        (AttemptStatus.PROCESSING, False, PLAIN, ResumeAction.CLAIM_AND_POST),
-        (AttemptStatus.PROCESSING, True, PLAIN, ResumeAction.MARK_AMBIGUOUS),
-        (AttemptStatus.PROCESSING, True, IDEMPOTENT, ResumeAction.RETRY_SAME_REQUEST),
-        (AttemptStatus.PROCESSING, True, LOCATOR, ResumeAction.RECOVER_BY_LOCATOR),
-        (AttemptStatus.POST_SENT, True, PLAIN, ResumeAction.MARK_AMBIGUOUS),
-        (AttemptStatus.POST_SENT, False, PLAIN, ResumeAction.MARK_AMBIGUOUS),
-        (AttemptStatus.WRITEBACK_PENDING, True, PLAIN, ResumeAction.RESUME_WRITEBACK),
-        (AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, True, IDEMPOTENT, ResumeAction.NOTHING),
-        (AttemptStatus.TERMINAL_FAILED, True, IDEMPOTENT, ResumeAction.NOTHING),
-        (AttemptStatus.FINALIZED, True, PLAIN, ResumeAction.NOTHING),
-        (AttemptStatus.SUPERSEDED, True, PLAIN, ResumeAction.NOTHING),
-    ],
-)
-def test_retried_activity_resume(
-    status: AttemptStatus, started: bool, profile: ProfileSnapshot, expected: ResumeAction
-) -> None:
-    assert resume_post(status, started, profile) is expected
-
-
 def test_locator_lookup() -> None:
     found = interpret_locator_lookup(response(200, {"id": "55"}), "$.id")
     assert found == LocatorFound(remote_id="55")
@@ -149,26 +129,39 @@ def test_locator_lookup() -> None:
     assert isinstance(interpret_locator_lookup(response(500), "$.id"), Ambiguous)
 
 
+REPLAY_SAFE_PATCH = PLAIN.model_copy(update={"patch_replay_safe": True})
+UNSAFE_PATCH = UNDECLARED_PLAIN
+
+
 @pytest.mark.parametrize(
-    ("obs", "replay_safe", "expected"),
+    ("obs", "profile", "expected"),
     [
-        (response(200, {"id": "1"}), False, PatchSucceeded()),
-        (response(404), False, PatchSuspendLink(reason=SuspendReason.REMOTE_DELETED, status=404)),
-        (response(410), True, PatchSuspendLink(reason=SuspendReason.REMOTE_DELETED, status=410)),
-        (response(409), False, PatchSuspendLink(reason=SuspendReason.REMOTE_CONFLICT, status=409)),
-        (response(412), True, PatchSuspendLink(reason=SuspendReason.REMOTE_CONFLICT, status=412)),
-        (response(400), False, PatchFailed(status=400)),
-        (response(503), True, PatchRetry()),
-        (response(503), False, PatchAmbiguous(reason="status_503_not_replay_safe")),
-        (Observation(transport=Transport.TIMEOUT), False, PatchAmbiguous(reason="timeout")),
-        (Observation(transport=Transport.TIMEOUT), True, PatchRetry()),
-        (Observation(transport=Transport.NOT_SENT), False, PatchRetry()),
+        (response(200, {"id": "1"}), UNSAFE_PATCH, PatchSucceeded()),
         (
-            Observation(transport=Transport.NOT_SENT, remote_io_previously_started=True),
-            False,
-            PatchAmbiguous(reason="earlier_send"),
+            response(404),
+            UNSAFE_PATCH,
+            PatchSuspendLink(reason=SuspendReason.REMOTE_DELETED, status=404),
         ),
+        (
+            response(410),
+            REPLAY_SAFE_PATCH,
+            PatchSuspendLink(reason=SuspendReason.REMOTE_DELETED, status=410),
+        ),
+        (response(409), UNSAFE_PATCH, PatchConflict(status=409)),
+        (response(412), REPLAY_SAFE_PATCH, PatchConflict(status=412)),
+        (response(400), UNSAFE_PATCH, PatchFailed(status=400)),
+        (response(503), REPLAY_SAFE_PATCH, PatchRetry()),
+        (response(503), UNSAFE_PATCH, PatchAmbiguous(reason="status_503_not_replay_safe")),
+        (
+            response(429, **{"Retry-After": "2"}),
+            PLAIN,
+            NotApplied(status=429, retry_after_seconds=2),
+        ),
+        (Observation(transport=Transport.TIMEOUT), UNSAFE_PATCH, PatchAmbiguous(reason="timeout")),
+        (Observation(transport=Transport.TIMEOUT), REPLAY_SAFE_PATCH, PatchRetry()),
+        # This try left nothing; the journal decides whether the next one may send.
+        (Observation(transport=Transport.NOT_SENT), UNSAFE_PATCH, PatchRetry()),
     ],
 )
-def test_patch_interpretation(obs: Observation, replay_safe: bool, expected: object) -> None:
-    assert interpret_patch(obs, replay_safe) == expected
+def test_patch_interpretation(obs: Observation, profile: ProfileSnapshot, expected: object) -> None:
+    assert interpret_patch(obs, profile) == expected

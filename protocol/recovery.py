@@ -1,0 +1,205 @@
+"""Recovery from the send journal (SPEC JRN-1, JRN-2, REC-4, PROF-1, PROF-2).
+
+Rules kept in this module:
+1. A journal entry is one try that passed its fence (its checkpoint
+   compare-and-set). Until its outcome is recorded it may have landed.
+2. A try proves it had no effect only when it never left the process, or the
+   remote answered with a definite rejection, or with a status the frozen
+   contract declares "not applied". Anything else may have landed.
+3. Evidence only grows: once any try may have landed, the attempt or PATCH is
+   effect-possible for good. Retry exhaustion then parks it ambiguous, never
+   terminal, and nothing may re-send it unless the frozen contract makes a
+   re-send harmless (replay-safe idempotency, unique-locator recovery).
+4. `next_step` is the one decision every path takes (activity retries, retry
+   exhaustion, operator actions); the database enforces rules 1-3 with the same
+   status sets (migration 0010, tested against this module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Final
+
+from protocol.snapshots import ProfileSnapshot, Snapshot
+from protocol.states import AttemptStatus, PatchStatus
+
+# 408 Request Timeout, 425 Too Early, 429 Too Many Requests: "not processed (yet)" by
+# convention, but only a profile's declaration (PROF-1) makes one proof of no effect.
+RETRYABLE_4XX: Final = frozenset({408, 425, 429})
+# A create answered 409 (a unique value exists) may mean an earlier try landed.
+CREATE_NOT_DEFINITE: Final = RETRYABLE_4XX | {409}
+PATCH_NOT_DEFINITE: Final = RETRYABLE_4XX
+
+
+class SendKind(StrEnum):
+    CREATE = "create"
+    PATCH = "patch"
+
+
+class SendOutcome(StrEnum):
+    NOT_SENT = "not_sent"  # the connection never carried the request
+    NO_ANSWER = "no_answer"  # sent (or maybe sent): timeout, reset, broken response
+    ANSWERED = "answered"  # a status line was read
+
+
+class JournalEntry(Snapshot):
+    """One try that passed its fence; `outcome` None means it may still be in flight."""
+
+    journal_id: int
+    outcome: SendOutcome | None = None
+    status: int | None = None
+    not_applied_statuses: tuple[int, ...] = ()
+    sending_at: datetime | None = None
+    retry_after_seconds: float | None = None
+
+
+def definite_rejection(kind: SendKind, status: int) -> bool:
+    """A 4xx that says the request was refused, not "try again" (POST-4, PATCH-3)."""
+    excluded = CREATE_NOT_DEFINITE if kind is SendKind.CREATE else PATCH_NOT_DEFINITE
+    return 400 <= status <= 499 and status not in excluded
+
+
+def not_applied(entry: JournalEntry) -> bool:
+    """Answered with a status the frozen contract declares "not processed" (PROF-1)."""
+    return entry.outcome is SendOutcome.ANSWERED and entry.status in entry.not_applied_statuses
+
+
+def proves_no_effect(entry: JournalEntry, kind: SendKind) -> bool:
+    if entry.outcome is SendOutcome.NOT_SENT:
+        return True
+    if entry.outcome is not SendOutcome.ANSWERED or entry.status is None:
+        return False
+    return not_applied(entry) or definite_rejection(kind, entry.status)
+
+
+def may_have_landed(journal: Iterable[JournalEntry], kind: SendKind) -> int:
+    """How many tries may have reached the remote (shown to operators)."""
+    return sum(1 for entry in journal if not proves_no_effect(entry, kind))
+
+
+class Step(StrEnum):
+    SEND = "send"  # (re)send the frozen request: no try so far can have had an effect
+    RESEND_REPLAY_SAFE = "resend_replay_safe"  # same frozen request; the remote de-duplicates
+    LOOKUP_LOCATOR = "lookup_locator"  # find the object by its unique locator first
+    READ_BACK = "read_back"  # GET the object and compare it with the frozen body
+    SUSPEND_CONFLICT = "suspend_conflict"  # a real precondition failure: remote_conflict
+    RESUME_WRITEBACK = "resume_writeback"  # the remote id is durable: mirror only
+    PARK_AMBIGUOUS = "park_ambiguous"
+    TERMINAL = "terminal"  # terminal_failed (create) or failed (PATCH): nothing landed
+    NOTHING = "nothing"  # settled or parked already
+
+
+class Decision(Snapshot):
+    step: Step
+    reason: str
+    may_have_landed: int = 0
+
+
+class RecoveryInput(Snapshot):
+    """What `next_step` reads: the durable row, its journal and the frozen contract."""
+
+    kind: SendKind
+    status: str
+    journal: tuple[JournalEntry, ...]
+    contract: ProfileSnapshot
+    # RemoteIOStartedAt: set before any send; a row checkpointed before the journal
+    # existed has no entries, and counts as one try that may have landed.
+    checkpoint_set: bool
+    exhausted: bool = False
+    now: datetime | None = None
+
+
+def next_step(ctx: RecoveryInput) -> Decision:
+    """What the next try of this create or PATCH may do (REC-4)."""
+    settled = _settled(ctx)
+    if settled is not None:
+        return settled
+    landed = may_have_landed(ctx.journal, ctx.kind)
+    if ctx.checkpoint_set and not ctx.journal:
+        landed = 1
+    budget = _budget_spent(ctx)
+    if ctx.exhausted or budget is not None:
+        return _exhausted(landed, budget or "retries exhausted")
+    if landed == 0:
+        first = not ctx.journal
+        reason = "first try" if first else "every earlier try proved it had no effect"
+        return Decision(step=Step.SEND, reason=reason)
+    return _after_possible_effect(ctx, landed)
+
+
+def on_patch_conflict(earlier: int, contract: ProfileSnapshot) -> Decision:
+    """A PATCH answered 409/412 (PROF-2): possibly our own earlier try, if `earlier` tries
+    may have landed and the contract lets us read the object back; else a real conflict."""
+    if earlier and contract.readback:
+        return Decision(
+            step=Step.READ_BACK,
+            reason=f"precondition failed after {earlier} try(s) that may have landed",
+            may_have_landed=earlier,
+        )
+    return Decision(step=Step.SUSPEND_CONFLICT, reason="the remote object changed (conflict)")
+
+
+def _settled(ctx: RecoveryInput) -> Decision | None:
+    if ctx.kind is SendKind.CREATE:
+        status = AttemptStatus(ctx.status)
+        if status is AttemptStatus.WRITEBACK_PENDING:
+            return Decision(step=Step.RESUME_WRITEBACK, reason="remote id already durable")
+        if status in {AttemptStatus.PENDING, AttemptStatus.PROCESSING, AttemptStatus.POST_SENT}:
+            return None
+    elif PatchStatus(ctx.status) in {PatchStatus.PENDING, PatchStatus.PROCESSING}:
+        return None
+    return Decision(step=Step.NOTHING, reason=f"{ctx.status}: nothing to send")
+
+
+def _budget_spent(ctx: RecoveryInput) -> str | None:
+    """PROF-1: "not applied" waits are bounded by time, not by the retry count."""
+    refusals = [e for e in ctx.journal if not_applied(e) and e.sending_at is not None]
+    if not refusals or ctx.now is None:
+        return None
+    first = refusals[0].sending_at
+    assert first is not None
+    budget = ctx.contract.not_applied_budget_seconds
+    if (ctx.now - first).total_seconds() <= budget:
+        return None
+    return f"the remote refused every try as not applied for more than {budget} s"
+
+
+def _exhausted(landed: int, why: str) -> Decision:
+    if landed:
+        return Decision(
+            step=Step.PARK_AMBIGUOUS,
+            reason=f"{why}; {landed} try(s) may have landed, outcome unknown",
+            may_have_landed=landed,
+        )
+    return Decision(step=Step.TERMINAL, reason=f"{why}; no try had an effect on the remote")
+
+
+def _after_possible_effect(ctx: RecoveryInput, landed: int) -> Decision:
+    contract = ctx.contract
+    why = f"{landed} earlier try(s) may have landed"
+    if ctx.kind is SendKind.CREATE:
+        if contract.post_replay_safe:
+            return Decision(step=Step.RESEND_REPLAY_SAFE, reason=why, may_have_landed=landed)
+        if contract.locator_recovery is not None:
+            return Decision(step=Step.LOOKUP_LOCATOR, reason=why, may_have_landed=landed)
+    elif contract.patch_replay_safe:
+        return Decision(step=Step.RESEND_REPLAY_SAFE, reason=why, may_have_landed=landed)
+    return Decision(
+        step=Step.PARK_AMBIGUOUS,
+        reason=f"{why}; the profile declares no safe re-send",
+        may_have_landed=landed,
+    )
+
+
+def last_try_definitely_rejected(journal: Sequence[JournalEntry], kind: SendKind) -> bool:
+    """JRN-2: an effect-possible row may end terminal only on a definite rejection."""
+    if not journal:
+        return False
+    last = journal[-1]
+    return (
+        last.outcome is SendOutcome.ANSWERED
+        and last.status is not None
+        and definite_rejection(kind, last.status)
+    )

@@ -1,0 +1,206 @@
+"""REC-4 / JRN-2 / PROF-1 / PROF-2: the one recovery decision, driven by the send journal."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from protocol.readback import readback_matches
+from protocol.recovery import (
+    JournalEntry,
+    RecoveryInput,
+    SendKind,
+    SendOutcome,
+    Step,
+    definite_rejection,
+    last_try_definitely_rejected,
+    may_have_landed,
+    next_step,
+    on_patch_conflict,
+)
+from protocol.remote_ids import RemoteIdError, check_remote_id, is_canonical
+from protocol.snapshots import ProfileSnapshot
+from tests.unit.factories import demo_manifest
+
+MANIFEST = demo_manifest()
+IDEMPOTENT = ProfileSnapshot.of(MANIFEST.profiles[0])
+PLAIN = ProfileSnapshot.of(MANIFEST.profiles[1])
+LOCATOR = ProfileSnapshot.of(MANIFEST.profiles[2])
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+_ids = iter(range(1, 10_000))
+
+
+def entry(
+    outcome: SendOutcome | None, status: int | None = None, at: datetime = T0
+) -> JournalEntry:
+    return JournalEntry(
+        journal_id=next(_ids),
+        outcome=outcome,
+        status=status,
+        not_applied_statuses=(429,),
+        sending_at=at,
+    )
+
+
+SENT = entry(SendOutcome.NO_ANSWER)
+IN_FLIGHT = entry(None)
+NOT_SENT = entry(SendOutcome.NOT_SENT)
+REFUSED_429 = entry(SendOutcome.ANSWERED, 429)
+REJECTED_400 = entry(SendOutcome.ANSWERED, 400)
+ANSWERED_503 = entry(SendOutcome.ANSWERED, 503)
+
+
+def create(
+    journal: tuple[JournalEntry, ...],
+    profile: ProfileSnapshot,
+    status: str = "processing",
+    **kw: object,
+) -> Step:
+    ctx = RecoveryInput(
+        kind=SendKind.CREATE,
+        status=status,
+        journal=journal,
+        contract=profile,
+        checkpoint_set=bool(journal),
+        **kw,  # type: ignore[arg-type]
+    )
+    return next_step(ctx).step
+
+
+@pytest.mark.parametrize(
+    ("journal", "profile", "expected"),
+    [
+        ((), PLAIN, Step.SEND),
+        ((NOT_SENT,), PLAIN, Step.SEND),
+        ((NOT_SENT, NOT_SENT), PLAIN, Step.SEND),
+        ((REFUSED_429,), PLAIN, Step.SEND),  # PROF-1: declared "not applied"
+        ((SENT,), PLAIN, Step.PARK_AMBIGUOUS),
+        ((IN_FLIGHT,), PLAIN, Step.PARK_AMBIGUOUS),  # a zombie may still be sending
+        ((ANSWERED_503,), PLAIN, Step.PARK_AMBIGUOUS),
+        ((SENT,), IDEMPOTENT, Step.RESEND_REPLAY_SAFE),
+        ((SENT, NOT_SENT), IDEMPOTENT, Step.RESEND_REPLAY_SAFE),
+        ((SENT,), LOCATOR, Step.LOOKUP_LOCATOR),
+        # Problem 1: an earlier try landed, the later ones were not sent: still possible.
+        ((SENT, NOT_SENT, NOT_SENT), PLAIN, Step.PARK_AMBIGUOUS),
+    ],
+)
+def test_next_create_step(
+    journal: tuple[JournalEntry, ...], profile: ProfileSnapshot, expected: Step
+) -> None:
+    assert create(journal, profile) is expected
+
+
+def test_exhaustion_parks_ambiguous_whenever_a_try_may_have_landed() -> None:
+    """Issue 10 problem 1: the checkpoint cleared after not_sent let supersede POST again."""
+    decision = next_step(
+        RecoveryInput(
+            kind=SendKind.CREATE,
+            status="processing",
+            journal=(SENT, NOT_SENT, NOT_SENT),
+            contract=IDEMPOTENT,
+            checkpoint_set=True,
+            exhausted=True,
+        )
+    )
+    assert decision.step is Step.PARK_AMBIGUOUS
+    assert decision.may_have_landed == 1
+    assert "not sent" not in decision.reason and "not_sent" not in decision.reason
+    assert create((NOT_SENT, NOT_SENT), IDEMPOTENT, exhausted=True) is Step.TERMINAL
+
+
+def test_checkpoint_without_journal_counts_as_a_possible_effect() -> None:
+    """A row checkpointed before the journal existed: one try of unknown outcome."""
+    ctx = RecoveryInput(
+        kind=SendKind.CREATE, status="processing", journal=(), contract=PLAIN, checkpoint_set=True
+    )
+    assert next_step(ctx).step is Step.PARK_AMBIGUOUS
+
+
+def test_not_applied_waits_are_bounded_by_time_not_count() -> None:
+    refusals = tuple(entry(SendOutcome.ANSWERED, 429, T0 + timedelta(seconds=i)) for i in range(50))
+    budget = PLAIN.not_applied_budget_seconds
+    inside = T0 + timedelta(seconds=budget - 1)
+    outside = T0 + timedelta(seconds=budget + 1)
+    assert create(refusals, PLAIN, now=inside) is Step.SEND
+    assert create(refusals, PLAIN, now=outside) is Step.TERMINAL
+    # Once something may have landed, the spent budget parks ambiguous instead.
+    assert create((SENT, *refusals), LOCATOR, now=outside) is Step.PARK_AMBIGUOUS
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("writeback_pending", Step.RESUME_WRITEBACK),
+        ("ambiguous_remote_effect", Step.NOTHING),
+        ("terminal_failed", Step.NOTHING),
+        ("finalized", Step.NOTHING),
+        ("superseded", Step.NOTHING),
+        ("pending", Step.SEND),
+    ],
+)
+def test_settled_states(status: str, expected: Step) -> None:
+    journal = () if status == "pending" else (SENT,)
+    assert create(journal, IDEMPOTENT, status=status) is expected
+
+
+def test_patch_steps() -> None:
+    replay_safe = PLAIN.model_copy(update={"patch_replay_safe": True})
+
+    def patch(journal: tuple[JournalEntry, ...], profile: ProfileSnapshot) -> Step:
+        ctx = RecoveryInput(
+            kind=SendKind.PATCH,
+            status="processing",
+            journal=journal,
+            contract=profile,
+            checkpoint_set=True,
+        )
+        return next_step(ctx).step
+
+    assert patch((NOT_SENT,), PLAIN) is Step.SEND
+    assert patch((SENT,), PLAIN) is Step.PARK_AMBIGUOUS
+    assert patch((SENT,), replay_safe) is Step.RESEND_REPLAY_SAFE
+    assert on_patch_conflict(1, LOCATOR).step is Step.READ_BACK
+    assert on_patch_conflict(0, LOCATOR).step is Step.SUSPEND_CONFLICT
+    assert on_patch_conflict(1, PLAIN).step is Step.SUSPEND_CONFLICT  # no read-back declared
+
+
+def test_definite_rejections() -> None:
+    assert definite_rejection(SendKind.CREATE, 400)
+    assert definite_rejection(SendKind.CREATE, 422)
+    assert not definite_rejection(SendKind.CREATE, 409)  # an earlier try may have created it
+    assert definite_rejection(SendKind.PATCH, 409)
+    for status in (408, 425, 429, 500, 503, 201):
+        assert not definite_rejection(SendKind.CREATE, status)
+    assert may_have_landed((SENT, REJECTED_400, NOT_SENT, REFUSED_429), SendKind.CREATE) == 1
+    assert last_try_definitely_rejected((SENT, REJECTED_400), SendKind.CREATE)
+    assert not last_try_definitely_rejected((REJECTED_400, SENT), SendKind.CREATE)
+
+
+def test_readback_comparison() -> None:
+    sent = {"properties": {"dealname": "Big", "amount": 100, "closed": True}}
+    document = {
+        "id": "7",
+        "properties": {"dealname": "Big", "amount": "100", "closed": "true", "other": "x"},
+    }
+    assert readback_matches(sent, document)
+    changed = {"id": "7", "properties": {"dealname": "Big", "amount": "101", "closed": "true"}}
+    assert not readback_matches(sent, changed)
+    assert not readback_matches(sent, {"id": "7", "properties": {"dealname": "Big"}})
+    assert not readback_matches({"properties": {"a": None}}, {"properties": {"a": ""}})
+
+
+@pytest.mark.parametrize(
+    "raw", [" 1002", "1002 ", "10\x002", "10\n02", "\u00a01002", "1002\u200b", ""]
+)
+def test_non_canonical_remote_ids_are_refused(raw: str) -> None:
+    assert not is_canonical(raw)
+
+
+def test_refusal_names_the_canonical_form() -> None:
+    with pytest.raises(RemoteIdError) as refused:
+        check_remote_id(" 1002")
+    assert refused.value.canonical == "1002"
+    assert check_remote_id("1002", r"[0-9]+") == "1002"
+    assert not is_canonical("abc", r"[0-9]+")
