@@ -18,6 +18,7 @@ from temporalio.worker import Worker
 
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
 from bench.ingress_bench import run_ingress_bench
+from bench.saves_bench import run_saves_bench
 from bench.stack import DATABASE, BenchStack, bench_stack, record_id
 from db.pool import create_pool
 from protocol.admission import CreateReserved, SaveRequest
@@ -166,6 +167,7 @@ async def main() -> None:
     print(f"P1 = {p1:.2f} (target >= 0.8)   P2 = {p2:.2f} transactions/create (target <= 3)")
     _write({"P1": round(p1, 3), "P2": round(p2, 3)})
     await run_ingress_bench()  # P3 (issue 7): its own Postgres; merges into the same file
+    await run_saves_bench()  # P7 (issue 12): the HTTP save API, likewise
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ DEMO_LOADERS: list[DemoLoader] = [load_demo]
 # Signing secrets for the demo ingress endpoints in `make dev` only (see README).
 DEV_WEBHOOK_SECRET = "dev-webhook-secret"
 DEV_ACTION_SECRET = "dev-action-secret"
+DEV_SAVE_API_KEY = "dev-save-api-key"  # the save API's demo client (API-1)
 
 
 @dataclass
@@ -157,6 +158,7 @@ class DevStack:
             # Development-only signing secrets, unless the caller exported real ones.
             "DEMO_WEBHOOK_SECRET": os.environ.get("DEMO_WEBHOOK_SECRET", DEV_WEBHOOK_SECRET),
             "DEMO_ACTION_SECRET": os.environ.get("DEMO_ACTION_SECRET", DEV_ACTION_SECRET),
+            "DEMO_SAVE_API_KEY": os.environ.get("DEMO_SAVE_API_KEY", DEV_SAVE_API_KEY),
         }
         policy = str(self.config.resolve("examples/ingress.yaml"))
         self.children.spawn_cli("ingress", ["ingress", "--config", policy], ingress_env)

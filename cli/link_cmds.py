@@ -13,15 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.database import AsJson, DatabaseUrl, resolve_dsn
+from cli.entry import admission_pool, connect_best_effort, runtime_settings, warn_deferred
 from cli.errors import fail
-from cli.stack.devconfig import load_dev_config
 from db import journal as journal_q
 from db import patches as patches_q
-from db.pool import create_pool
 from protocol.admission import AdmissionDecision, SaveRequest
-from worker.client import connect_temporal
-from worker.crm import report_save
-from worker.settings import RuntimeSettings
+from worker.crm import SaveOutcome, WakeStatus, report_save_outcome, wake_best_effort
 
 console = Console()
 _DECISION = TypeAdapter(AdmissionDecision)
@@ -32,16 +29,20 @@ ATTEMPT_COLUMNS = (
 )
 
 
-async def _save(dsn: str, save: SaveRequest) -> AdmissionDecision:
-    settings = RuntimeSettings()
-    address = settings.temporal_address or load_dev_config().temporal.address
-    settings = settings.model_copy(update={"temporal_address": address})
-    client = await connect_temporal(settings)
-    pool = await create_pool(dsn, min_size=1, max_size=2)
-    try:
-        return await report_save(pool, client, settings.task_queue, save)
-    finally:
-        await pool.close()
+async def _save(dsn: str, save: SaveRequest) -> SaveOutcome:
+    """Admit first (API-2); then wake the workflow if Temporal answers in time."""
+    settings = runtime_settings()
+    async with admission_pool(dsn) as pool:
+        outcome = await report_save_outcome(pool, None, settings.task_queue, save)
+        if outcome.wake is WakeStatus.NOT_NEEDED:
+            return outcome
+        client = await connect_best_effort(settings)
+        if client is None:
+            return outcome
+        wake = await wake_best_effort(client, settings.task_queue, outcome.decision)
+        if wake is WakeStatus.DEFERRED:
+            warn_deferred()
+        return SaveOutcome(outcome.decision, wake)
 
 
 async def _rows(dsn: str, sql: str, *args: object) -> list[dict[str, Any]]:
@@ -127,7 +128,8 @@ def register(app: typer.Typer) -> None:
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
-        """Report a record save as the CRM would (WF-2): admission, then wake the workflow."""
+        """Report a record save as the CRM would (WF-2): admit in Postgres, then wake the
+        workflow (best effort: with Temporal down the save still stands, exit 0)."""
         save = SaveRequest(
             connector_owner_key=owner_key,
             action_slot_id=action_slot,
@@ -136,8 +138,9 @@ def register(app: typer.Typer) -> None:
             source_record_id=record_id,
             originating_user_id=user,
         )
-        decision = asyncio.run(_save(resolve_dsn(database_url), save))
-        data = _DECISION.dump_python(decision, mode="json")
+        outcome = asyncio.run(_save(resolve_dsn(database_url), save))
+        decision = outcome.decision
+        data = {**_DECISION.dump_python(decision, mode="json"), "wake": outcome.wake.value}
         if as_json:
             console.print_json(json.dumps(data))
         else:

@@ -33,6 +33,7 @@ from ingress.errors import DropReason, Rejection, Unavailable
 from ingress.gate import deadline_budget_ms, read_verified_body
 from ingress.metrics import DropCounter
 from ingress.relay import Relay
+from ingress.saves import SaveApi
 from ingress.webhook import plan_admission
 from protocol.ingress_policy import (
     EndpointMode,
@@ -89,6 +90,8 @@ class IngressApp:
             None  # set by the lifespan when Temporal is configured
         )
         self.background = Background()
+        # Set by the lifespan with the starter: the save API wakes link workflows with it.
+        self.temporal: tuple[Client, str] | None = None
 
     def _after_commit_events(self, event_ids: list[str]) -> None:
         """Fire-and-forget: the response never waits on (or fails with) Temporal (ING-6)."""
@@ -179,6 +182,11 @@ class IngressApp:
                 else self.workflow_action(endpoint)
             )
             routes.append(Route(endpoint.path, self.route(endpoint.name, handle), methods=["POST"]))
+        if (save_api := self.config.policy.save_api) is not None:  # API-1
+            keys = self.config.save_api_keys
+            routes += SaveApi(
+                save_api, keys, lambda: self.admitter.pool, lambda: self.temporal
+            ).routes()
         return routes
 
     async def healthz(self, request: Request) -> Response:
@@ -229,6 +237,7 @@ def create_app(
             else:
                 client, task_queue = temporal
             ingress.starter = WorkflowStarter(client, task_queue, config.policy)
+            ingress.temporal = (client, task_queue)
             if relay:
                 relaying = asyncio.create_task(Relay(ingress.starter).run(admitter.pool))
         try:

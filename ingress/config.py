@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -71,6 +71,7 @@ class TemporalTarget:
 class IngressConfig:
     policy: IngressPolicy
     secrets: Mapping[str, SecretStr]  # endpoint name -> signing secret
+    save_api_keys: Mapping[str, SecretStr] = field(default_factory=dict)  # client -> bearer key
 
     def endpoint(self, name: str) -> Endpoint:
         return next(e for e in self.policy.endpoints if e.name == name)
@@ -99,9 +100,23 @@ def resolve_secrets(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[s
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> IngressConfig:
     """Load the policy file and its secrets (from `os.environ` unless given)."""
     policy = parse_policy(path.read_text(encoding="utf-8"))
+    environ = os.environ if environ is None else environ
     return IngressConfig(
-        policy, resolve_secrets(policy, os.environ if environ is None else environ)
+        policy, resolve_secrets(policy, environ), resolve_save_api_keys(policy, environ)
     )
+
+
+def resolve_save_api_keys(
+    policy: IngressPolicy, environ: Mapping[str, str]
+) -> dict[str, SecretStr]:
+    """Each save-API client's bearer key from the variable it names; refuse if any is unset."""
+    keys: dict[str, SecretStr] = {}
+    for client in policy.save_api.clients if policy.save_api else ():
+        value = environ.get(client.key_env, "")
+        if not value:
+            raise ConfigError(f"save_api client {client.name}: {client.key_env} is unset")
+        keys[client.name] = SecretStr(value)
+    return keys
 
 
 def readback(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, object]:

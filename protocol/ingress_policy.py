@@ -20,6 +20,7 @@ from typing import Annotated, Final, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from protocol.event_identity import CompositeIdentityRule, IdentityRule, LegacyIdentityRule
+from protocol.save_api import SaveApiPolicy
 
 _NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _ENV_PATTERN: Final = r"^[A-Z_][A-Z0-9_]{0,127}$"
@@ -185,6 +186,8 @@ class IngressPolicy(_Strict):
     ack_drop_endpoints: frozenset[str] | None = None
     workflow_action_mode: WorkflowActionMode = WorkflowActionMode.DISABLED
     endpoints: tuple[Endpoint, ...]
+    # The CRM's HTTP save API (API-1): served at /v1/saves* only when configured.
+    save_api: SaveApiPolicy | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

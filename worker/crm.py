@@ -1,49 +1,61 @@
-"""The CRM-facing entry (SPEC WF-2): report one save, get the admission decision.
+"""The CRM-facing entry (SPEC WF-2, API-2): report one save, get the admission decision.
 
 Admission is one Postgres transaction in the caller with zero remote I/O; then
-the link's workflow is woken with signal-with-start. If Temporal is unreachable
-the admission still stands and the relay dispatches it later.
+the link's workflow is woken with signal-with-start, best effort and bounded in
+time. If Temporal is unreachable the admission still stands and the relay
+dispatches it later.
 """
 
 from __future__ import annotations
 
-import logging
-import uuid
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
 import asyncpg
 from temporalio.client import Client
 
-from activities.admission import admit_save
-from activities.wake import wake_link
-from protocol.admission import (
-    AdmissionDecision,
-    CreateReserved,
-    DeferredAssociationReserved,
-    Rejected,
-    SaveRequest,
+from activities.save_entry import (
+    WAKE_TIMEOUT_S,
+    WakeStatus,
+    admit_one,
+    decision_link_key,
+    wake_best_effort,
 )
-from protocol.errors import RejectReason
+from activities.wake import wake_link
+from protocol.admission import AdmissionDecision, SaveRequest
 from protocol.identity import link_workflow_id
-
-log = logging.getLogger(__name__)
 
 # The CRM-facing names of the shared wake-up (activities.wake holds the logic).
 workflow_id = link_workflow_id
-__all__ = ["decision_link_key", "report_save", "wake_link", "workflow_id"]
+__all__ = [
+    "SaveOutcome",
+    "WakeStatus",
+    "decision_link_key",
+    "report_save",
+    "report_save_outcome",
+    "wake_best_effort",
+    "wake_link",
+    "workflow_id",
+]
 
 
-def decision_link_key(decision: AdmissionDecision) -> str | None:
-    if isinstance(decision, CreateReserved | DeferredAssociationReserved):
-        return decision.reservation.link_key
-    return decision.link_key
+@dataclass(frozen=True)
+class SaveOutcome:
+    decision: AdmissionDecision
+    wake: WakeStatus
 
 
-def _wakes_workflow(decision: AdmissionDecision) -> bool:
-    """Work was queued, or a link was just suspended and its workflow must publish it."""
-    if isinstance(decision, Rejected):
-        return decision.reason is RejectReason.DRIFT_FAIL_CLOSED
-    return True
+async def report_save_outcome(
+    pool: asyncpg.Pool,
+    client: Client | None,
+    task_queue: str,
+    save: SaveRequest,
+    save_id: str | None = None,
+    wake_timeout_s: float = WAKE_TIMEOUT_S,
+) -> SaveOutcome:
+    """Admit one save, then try to wake its workflow; says whether the wake-up happened."""
+    decision = await admit_one(pool, save)
+    wake = await wake_best_effort(client, task_queue, decision, save_id, wake_timeout_s)
+    return SaveOutcome(decision, wake)
 
 
 async def report_save(
@@ -54,19 +66,4 @@ async def report_save(
     save_id: str | None = None,
 ) -> AdmissionDecision:
     """Admit one save and wake its workflow; the decision stands even if waking fails."""
-    idempotency_key = str(uuid.uuid4())
-    decision = await admit_save(
-        pool,
-        save,
-        idempotency_key=idempotency_key,
-        locator_value=f"cp-{idempotency_key}",
-        now=datetime.now(UTC),
-    )
-    key = decision_link_key(decision)
-    if key is None or client is None or not _wakes_workflow(decision):
-        return decision
-    try:
-        await wake_link(client, task_queue, key, save_id)
-    except Exception:  # Temporal down: the relay signals links with pending work later
-        log.warning("could not wake workflow; relay will dispatch", extra={"link_key": key})
-    return decision
+    return (await report_save_outcome(pool, client, task_queue, save, save_id)).decision

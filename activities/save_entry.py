@@ -1,0 +1,186 @@
+"""Every CRM entry's admission-then-wake (SPEC WF-2, API-2), shared by the Python API,
+the `save` and `push` commands and the HTTP save API.
+
+Admission commits in Postgres first; only then is the link's workflow woken, best
+effort and bounded in time. A wake-up that fails or times out changes nothing the
+caller was told: the relay signals every link with pending work later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Final
+
+import asyncpg
+from temporalio.client import Client
+
+from activities.admission import admit_locked, admit_save
+from activities.wake import wake_link
+from db import links as links_q
+from db import save_api as q
+from db.records import Conn
+from protocol.admission import (
+    AdmissionDecision,
+    CreateReserved,
+    DeferredAssociationReserved,
+    Rejected,
+    SaveRequest,
+)
+from protocol.errors import RejectReason
+from protocol.identity import InvalidIdentityPart, link_key
+
+log = logging.getLogger(__name__)
+
+# Long enough for a healthy frontend under load, short enough that a caller never
+# waits on a Temporal outage (the relay covers a wake-up that did not happen).
+WAKE_TIMEOUT_S: Final = 2.0
+
+
+class WakeStatus(StrEnum):
+    """What became of the wake-up after the admission committed."""
+
+    SIGNALLED = "signalled"  # signal-with-start accepted by Temporal
+    DEFERRED = "deferred"  # Temporal unreachable or slow: the relay dispatches it
+    NOT_NEEDED = "not_needed"  # nothing for the workflow to do
+
+
+def decision_link_key(decision: AdmissionDecision) -> str | None:
+    if isinstance(decision, CreateReserved | DeferredAssociationReserved):
+        return decision.reservation.link_key
+    return decision.link_key
+
+
+def wakes_workflow(decision: AdmissionDecision) -> bool:
+    """Work was queued, or a link was just suspended and its workflow must publish it."""
+    if decision_link_key(decision) is None:
+        return False
+    if isinstance(decision, Rejected):
+        return decision.reason is RejectReason.DRIFT_FAIL_CLOSED
+    return True
+
+
+def new_idempotency_key() -> tuple[str, str]:
+    """A fresh request idempotency key and its locator value (GATE-2)."""
+    key = str(uuid.uuid4())
+    return key, f"cp-{key}"
+
+
+async def admit_one(pool: asyncpg.Pool, save: SaveRequest) -> AdmissionDecision:
+    """One save's admission in its own transaction, with fresh keys and the wall clock."""
+    key, locator = new_idempotency_key()
+    return await admit_save(
+        pool, save, idempotency_key=key, locator_value=locator, now=datetime.now(UTC)
+    )
+
+
+async def wake_best_effort(
+    client: Client | None,
+    task_queue: str,
+    decision: AdmissionDecision,
+    save_id: str | None = None,
+    timeout_s: float = WAKE_TIMEOUT_S,
+) -> WakeStatus:
+    """Wake the decision's workflow if it has work; never raises for Temporal's sake."""
+    key = decision_link_key(decision)
+    if key is None or not wakes_workflow(decision):
+        return WakeStatus.NOT_NEEDED
+    if client is None:
+        return WakeStatus.DEFERRED
+    try:
+        async with asyncio.timeout(timeout_s):
+            await wake_link(client, task_queue, key, save_id)
+    except Exception as error:  # Temporal down or slow: the relay signals the link later
+        log.warning(
+            "wake-up deferred to the relay: %s", type(error).__name__, extra={"link_key": key}
+        )
+        return WakeStatus.DEFERRED
+    return WakeStatus.SIGNALLED
+
+
+# -- the HTTP save API: a batch and its idempotency record in one transaction ----------
+
+
+class IdempotencyConflict(Exception):
+    """The client reused an `Idempotency-Key` for a different request."""
+
+
+async def _admit_in(conn: Conn, saves: Sequence[SaveRequest]) -> list[AdmissionDecision]:
+    """Admit saves inside the caller's transaction, taking link-key locks in key order
+    (so two batches naming the same records cannot deadlock)."""
+    keys: dict[int, str] = {}
+    decisions: dict[int, AdmissionDecision] = {}
+    for i, save in enumerate(saves):
+        try:
+            keys[i] = link_key(
+                save.connector_owner_key,
+                save.action_slot_id,
+                save.source_object,
+                save.source_record_id,
+                save.destination_slot_id,
+            )
+        except InvalidIdentityPart as error:
+            decisions[i] = Rejected(reason=RejectReason.STABLE_IDS_UNRESOLVED, detail=str(error))
+    for key in sorted(set(keys.values())):
+        await links_q.lock_link_key(conn, key)
+    now = datetime.now(UTC)
+    for i, key in keys.items():
+        idempotency_key, locator = new_idempotency_key()
+        decisions[i] = await admit_locked(conn, key, saves[i], idempotency_key, locator, now)
+    return [decisions[i] for i in range(len(saves))]
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """The answer body (JSON text) and, when this request admitted, its decisions."""
+
+    body: str
+    decisions: list[AdmissionDecision] | None  # None: a replay of the stored first answer
+
+
+class _LostKeyRace(Exception):
+    """A concurrent request with the same key committed first: roll back, then replay."""
+
+
+async def admit_batch(
+    pool: asyncpg.Pool,
+    saves: Sequence[SaveRequest],
+    render: Callable[[list[AdmissionDecision]], str],
+    idempotency: q.IdempotencyClaim | None = None,
+) -> BatchOutcome:
+    """Admit every save and store the rendered answer under the client's idempotency key,
+    all in one transaction (API-1): a repeat returns the first answer, admitting nothing.
+
+    Raises `IdempotencyConflict` when the key was used for a different request.
+    """
+    for _ in range(2):
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                return await _admit_or_replay(conn, saves, render, idempotency)
+        except _LostKeyRace:
+            continue
+    raise RuntimeError("idempotency key raced twice")  # unreachable: the row now exists
+
+
+async def _admit_or_replay(
+    conn: Conn,
+    saves: Sequence[SaveRequest],
+    render: Callable[[list[AdmissionDecision]], str],
+    idempotency: q.IdempotencyClaim | None,
+) -> BatchOutcome:
+    if idempotency is not None:
+        stored = await q.stored_answer(conn, idempotency)
+        if stored is not None:
+            if stored.request_hash != idempotency.request_hash:
+                raise IdempotencyConflict(idempotency.key)
+            return BatchOutcome(stored.body, None)
+    decisions = await _admit_in(conn, saves)
+    body = render(decisions)
+    if idempotency is not None and not await q.store_answer(conn, idempotency, body):
+        raise _LostKeyRace
+    return BatchOutcome(body, decisions)

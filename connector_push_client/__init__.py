@@ -1,0 +1,117 @@
+"""A Python client for the HTTP save API (SPEC API-1), for CRMs outside the worker's process.
+
+    async with SaveApiClient("https://connector.example", api_key) as api:
+        answer = await api.save(SaveIn(ownerKey=..., ...), idempotency_key="save-123")
+        print(answer.result.decision, answer.result.link_key)
+
+Pass the same `idempotency_key` when retrying a request whose answer was lost: the
+server returns the first answer and admits nothing new. A 503 (Postgres down) is
+raised as `SaveApiError` with `retry_after` set; retry with the same key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+import httpx
+from pydantic import ValidationError
+
+from protocol.save_api import (
+    BATCH_PATH,
+    SAVE_PATH,
+    BatchAnswer,
+    ErrorAnswer,
+    FieldProblem,
+    SaveAnswer,
+    SaveBatchIn,
+    SaveIn,
+)
+
+__all__ = ["BatchAnswer", "SaveAnswer", "SaveApiClient", "SaveApiError", "SaveIn"]
+
+
+class SaveApiError(Exception):
+    """A non-200 answer: `status`, the server's `error`, field problems and Retry-After."""
+
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        fields: Sequence[FieldProblem] = (),
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{status} {error}")
+        self.status = status
+        self.error = error
+        self.fields = tuple(fields)
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == 503
+
+
+def _error_of(response: httpx.Response) -> SaveApiError:
+    try:
+        answer = ErrorAnswer.model_validate_json(response.content)
+    except ValidationError:
+        answer = ErrorAnswer(error=response.reason_phrase or "unexpected answer")
+    retry_after = response.headers.get("retry-after")
+    seconds = float(retry_after) if retry_after and retry_after.isdigit() else None
+    return SaveApiError(response.status_code, answer.error, answer.fields, seconds)
+
+
+class SaveApiClient:
+    """Reports saves over HTTP with a bearer key; owns its httpx client unless given one."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 10.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._owned = http is None
+        self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
+        self._headers = {"authorization": f"Bearer {api_key}"}
+
+    async def save(self, save: SaveIn, idempotency_key: str | None = None) -> SaveAnswer:
+        """Report one save; returns its committed admission decision."""
+        body = save.model_dump_json(by_alias=True, exclude_none=True)
+        response = await self._post(SAVE_PATH, body, idempotency_key)
+        return SaveAnswer.model_validate_json(response.content)
+
+    async def save_batch(
+        self, saves: Sequence[SaveIn], idempotency_key: str | None = None
+    ) -> BatchAnswer:
+        """Report several saves in one transaction; results are in request order."""
+        body = SaveBatchIn(saves=list(saves)).model_dump_json(by_alias=True, exclude_none=True)
+        response = await self._post(BATCH_PATH, body, idempotency_key)
+        return BatchAnswer.model_validate_json(response.content)
+
+    async def _post(self, path: str, body: str, idempotency_key: str | None) -> httpx.Response:
+        headers = {**self._headers, "content-type": "application/json"}
+        if idempotency_key is not None:
+            headers["idempotency-key"] = idempotency_key
+        response = await self._http.post(path, content=body, headers=headers)
+        if response.status_code != 200:
+            raise _error_of(response)
+        return response
+
+    async def aclose(self) -> None:
+        if self._owned:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()

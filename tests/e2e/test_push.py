@@ -1,0 +1,174 @@
+"""`connector-push push` (SPEC API-3): bulk initial sync, resumable, Ctrl-C safe."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import asyncpg
+from typer.testing import CliRunner
+
+from activities.record_loader import load_records, parse_records_document
+from cli.main import app
+from cli.stack.temporal import TemporalDevServer
+from tests.e2e.conftest import OWNER, Stack, contact_key
+from tests.e2e.support import eventually
+from tests.e2e.test_relay import _relay
+
+BULK = 120
+CONTACTS = ["c-001", "c-002", "c-003"]  # c-004 has no Email: rejected every run
+
+
+def _env(stack: Stack, temporal: TemporalDevServer, dsn: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": dsn,
+        "TEMPORAL_ADDRESS": temporal.address,
+        "CONNECTOR_PUSH_TASK_QUEUE": stack.task_queue,
+    }
+
+
+def _args(*extra: str) -> list[str]:
+    return [
+        "push",
+        "--owner-key",
+        OWNER,
+        "--action-slot",
+        "push-contact",
+        "--user",
+        "alice",
+        *extra,
+    ]
+
+
+async def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:
+    result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
+    return result.exit_code, result.output
+
+
+async def test_push_all_admits_each_record_once_and_a_second_run_admits_nothing(
+    stack: Stack, temporal_server: TemporalDevServer, db_dsn: str
+) -> None:
+    stack.touched.update(contact_key(r) for r in CONTACTS)
+    env = _env(stack, temporal_server, db_dsn)
+    code, output = await _invoke(env, *_args("--all", "--json"))
+    assert code == 0, output
+    first = json.loads(output)
+    assert first["admitted"] == 3 and first["finalized"] == 3 and first["parked"] == 0
+    assert first["rejected_by_reason"] == {"required_field_missing": 1}
+
+    code, output = await _invoke(env, *_args("--all"))
+    assert code == 0, output
+    assert "nothing to admit: 3 already linked" in output
+    code, output = await _invoke(env, *_args("--all", "--json"))
+    again = json.loads(output)
+    assert again["admitted"] == 0 and again["skipped_already_linked"] == 3
+    creates = await stack.sandbox.ledger(object_type="contacts", kind="create")
+    assert len(creates) == 3
+
+
+async def test_push_named_records_limit_and_bad_input(
+    stack: Stack, temporal_server: TemporalDevServer, db_dsn: str
+) -> None:
+    env = _env(stack, temporal_server, db_dsn)
+    stack.touched.update(contact_key(r) for r in CONTACTS)
+    code, output = await _invoke(
+        env, *_args("--record-id", "c-001", "--record-id", "zz-9", "--no-wait", "--json")
+    )
+    assert code == 0, output
+    named = json.loads(output)
+    assert named["admitted"] == 1 and named["not_found"] == ["zz-9"]
+    code, output = await _invoke(env, *_args("--all", "--limit", "1", "--no-wait", "--json"))
+    limited = json.loads(output)
+    # c-001 holds its slot (skipped, not counted), one more is admitted and then it stops.
+    assert (
+        limited["admitted"] == 1
+        and limited["skipped_active_attempt"] + limited["skipped_already_linked"] == 1
+    )
+    assert (await _invoke(env, *_args()))[0] == 2  # neither --all nor --record-id
+    code, output = await _invoke(
+        env, "push", "--owner-key", OWNER, "--action-slot", "nope", "--user", "alice", "--all"
+    )
+    assert code == 2 and "no active pack with action slot" in output
+
+
+async def _bulk_contacts(pool: asyncpg.Pool) -> list[str]:
+    ids = [f"cb-{i:04}" for i in range(BULK)]
+    doc = parse_records_document(
+        {
+            "records": [
+                {"object": "Contact", "id": r, "fields": {"FirstName": "B", "Email": f"{r}@x.test"}}
+                for r in ids
+            ],
+            "grants": [
+                {
+                    "user": "alice",
+                    "object": "Contact",
+                    "records": "*",
+                    "fields": [
+                        "FirstName",
+                        "LastName",
+                        "Email",
+                        "Phone",
+                        "remote_id__c",
+                        "remote_provenance__c",
+                    ],
+                }
+            ],
+        }
+    )
+    async with pool.acquire() as conn:
+        await load_records(conn, doc)
+    return ids
+
+
+async def _attempts(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval("SELECT count(*) FROM connector_push_attempt"))
+
+
+async def test_sigint_mid_run_leaves_every_admitted_save_standing(
+    stack: Stack, temporal_server: TemporalDevServer, db_dsn: str
+) -> None:
+    ids = await _bulk_contacts(stack.pool)
+    stack.touched.update(contact_key(r) for r in [*ids, *CONTACTS])
+    env = {**os.environ, **_env(stack, temporal_server, db_dsn)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli", *_args("--all", "--concurrency", "1", "--no-wait", "--json")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        await eventually(lambda: _attempts(stack.pool), lambda n: n >= 10, timeout_s=60)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = await asyncio.to_thread(process.communicate, timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    summary = json.loads(stdout)
+    assert summary["interrupted"] is True
+    admitted = await _attempts(stack.pool)
+    assert 10 <= admitted < BULK + 3
+    assert summary["admitted"] <= admitted  # one may commit as the signal lands
+
+    await _relay(stack)  # a wake-up the signal cut short is the relay's to do
+    await eventually(
+        lambda: stack.pool.fetchval(
+            "SELECT count(*) FROM connector_push_attempt WHERE status <> 'finalized'"
+        ),
+        lambda n: n == 0,
+        timeout_s=90,
+    )
+    code, output = await _invoke(_env(stack, temporal_server, db_dsn), *_args("--all", "--json"))
+    rest = json.loads(output)
+    assert code == 0, output
+    assert rest["skipped_already_linked"] == admitted
+    assert rest["admitted"] == BULK + 3 - admitted and rest["finalized"] == rest["admitted"]
+    creates = await stack.sandbox.ledger(object_type="contacts", kind="create")
+    assert len(creates) == BULK + 3 == len({c.object_id for c in creates})
