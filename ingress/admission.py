@@ -105,6 +105,11 @@ class Admitter:
         """Transactions the group committer has committed (None when it is off)."""
         return self._group.commits if self._group is not None else None
 
+    @property
+    def group_isolations(self) -> int | None:
+        """Shared transactions the server refused and that were retried one by one."""
+        return self._group.isolations if self._group is not None else None
+
     async def admit_action(
         self, receipt: ReceiptRow, execution: ActionExecutionRow
     ) -> datetime | None:
