@@ -19,7 +19,7 @@ Rules kept in this module:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable
 from decimal import Decimal
 from enum import StrEnum
 from typing import Final
@@ -53,7 +53,8 @@ def number_problem(value: Decimal) -> Unstorable | None:
     """Why this JSON number is outside what identities and columns accept, or None."""
     if not value.is_finite() or abs(value.adjusted()) > MAX_EXPONENT:
         return Unstorable.NUMBER_OUT_OF_RANGE
-    if len(value.as_tuple().digits) > MAX_DIGITS:
+    # The text is never shorter than the digits: count them only when it is long.
+    if len(str(value)) > MAX_DIGITS and len(value.as_tuple().digits) > MAX_DIGITS:
         return Unstorable.NUMBER_OUT_OF_RANGE
     return None
 
@@ -61,7 +62,7 @@ def number_problem(value: Decimal) -> Unstorable | None:
 def _scalar_problem(value: object) -> Unstorable | None:
     if type(value) is str:
         return string_problem(value)
-    if isinstance(value, Decimal):
+    if type(value) is Decimal:
         return number_problem(value)
     return None
 
@@ -71,19 +72,26 @@ def unstorable_reason(document: object) -> Unstorable | None:
 
     Iterative, so a deep document is refused by rule 4 rather than by the stack.
     """
+    if type(document) is not dict and type(document) is not list:
+        return _scalar_problem(document)
+    # Containers wait on a stack with their depth; scalars are checked on sight.
     pending: list[tuple[object, int]] = [(document, 0)]
     while pending:
-        value, depth = pending.pop()
-        if isinstance(value, Mapping | list):
-            if depth >= MAX_DEPTH:
-                return Unstorable.NESTING_TOO_DEEP
-            if isinstance(value, Mapping):
-                for key, item in value.items():
-                    if (problem := _scalar_problem(key)) is not None:
-                        return problem
-                    pending.append((item, depth + 1))
-            else:
-                pending.extend((item, depth + 1) for item in value)
-        elif (problem := _scalar_problem(value)) is not None:
-            return problem
+        container, depth = pending.pop()
+        if depth >= MAX_DEPTH:
+            return Unstorable.NESTING_TOO_DEEP
+        if type(container) is dict:
+            for key in container:
+                if (problem := _scalar_problem(key)) is not None:
+                    return problem
+            items: Iterable[object] = container.values()
+        elif type(container) is list:
+            items = container
+        else:  # only dicts and lists are stacked
+            continue
+        for item in items:
+            if type(item) is dict or type(item) is list:
+                pending.append((item, depth + 1))
+            elif (problem := _scalar_problem(item)) is not None:
+                return problem
     return None
