@@ -24,6 +24,7 @@ from activities.admission import admit_locked, admit_save
 from activities.wake import wake_link
 from db import links as links_q
 from db import save_api as q
+from db.bounded import bounded_transaction
 from db.records import Conn
 from protocol.admission import (
     AdmissionDecision,
@@ -160,7 +161,8 @@ async def admit_batch(
     """
     for _ in range(2):
         try:
-            async with pool.acquire() as conn, conn.transaction():
+            # NF-5: a hung Postgres never holds the answer past the caller's deadline.
+            async with bounded_transaction(pool) as conn:
                 return await _admit_or_replay(conn, saves, render, idempotency)
         except _LostKeyRace:
             continue

@@ -34,6 +34,10 @@ def _print_readback(data: dict[str, object]) -> None:
     console.print(f"profile: {data['profile']}", highlight=False)
     console.print(f"ack_drop_endpoints: {data['ack_drop_endpoints']}", highlight=False)
     console.print(f"workflow_action_mode: {data['workflow_action_mode']}", highlight=False)
+    console.print(
+        f"head_timeout_ms: {data['head_timeout_ms']}  max_connections: {data['max_connections']}",
+        highlight=False,
+    )
     endpoints = data["endpoints"]
     assert isinstance(endpoints, list)
     for endpoint in endpoints:
@@ -46,6 +50,8 @@ def _print_readback(data: dict[str, object]) -> None:
             f"body_limit={endpoint['body_limit']}",
             highlight=False,
         )
+        if "batch" in endpoint:
+            console.print(f"  batch: {endpoint['batch']}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

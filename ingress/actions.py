@@ -14,15 +14,14 @@ from typing import Final
 
 from db.ingress_queries import ActionExecutionRow, ReceiptRow
 from ingress.admission import Admitter
+from ingress.body import parse_document
 from ingress.errors import Rejection
 from ingress.webhook import remote_object_id, remote_scope
 from protocol.event_identity import (
     IdentityError,
-    JsonError,
     business_identity,
     dump_exact_json,
     lookup,
-    parse_exact_json,
     receipt_identity,
 )
 from protocol.ingress_policy import ActionPolicy, ActionRule, WorkflowActionEndpoint
@@ -43,10 +42,8 @@ def _action_id(endpoint: WorkflowActionEndpoint, execution: Mapping[str, object]
 
 
 def parse_execution(body: bytes) -> Mapping[str, object]:
-    try:
-        document = parse_exact_json(body)
-    except JsonError:
-        raise Rejection(400, "malformed_json") from None
+    """The execution object, exact and storable (`parse_document`), or a 400."""
+    document = parse_document(body)
     if not isinstance(document, Mapping):
         raise Rejection(400, "execution_not_object")
     return document

@@ -6,9 +6,11 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Final
 
 import asyncpg
 
+from db.bounded import bounded_transaction
 from db.ingress_queries import (
     ActionExecutionRow,
     EventRow,
@@ -20,13 +22,17 @@ from db.ingress_queries import (
 )
 from ingress.errors import DropReason, Unavailable
 from ingress.group_commit import GroupCommitter
+from ingress.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
+warn = ThrottledLog(log)
+
+COMMIT_TIMEOUT_S: Final = 1.0
 
 
 def _unavailable(exc: Exception) -> Unavailable:
     # Only the exception type is logged: messages can carry payload fragments.
-    log.warning("admission failed: %s", type(exc).__name__)
+    warn.warning("admission failed: %s", type(exc).__name__)
     if isinstance(exc, asyncpg.PostgresError) and not isinstance(
         exc, asyncpg.exceptions.CannotConnectNowError
     ):
@@ -38,13 +44,23 @@ class Admitter:
     """Commits receipts and events over a pool it opens and closes (the app's lifespan)."""
 
     def __init__(
-        self, database_url: str, pool_max_size: int = 20, *, group_commit: bool = True
+        self,
+        database_url: str,
+        pool_max_size: int = 20,
+        *,
+        group_commit: bool = True,
+        commit_timeout_s: float = COMMIT_TIMEOUT_S,
     ) -> None:
         self._database_url = database_url
         self._pool_max_size = pool_max_size
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
-        # Webhook admissions share transactions under load (see ingress/group_commit.py).
-        self._group = GroupCommitter(lambda: self.pool) if group_commit else None
+        # Webhook admissions share transactions under load (see ingress/group_commit.py);
+        # a shared commit outliving every request's deadline is abandoned.
+        self._group = (
+            GroupCommitter(lambda: self.pool, commit_timeout_s=commit_timeout_s)
+            if group_commit
+            else None
+        )
 
     async def open(self) -> None:
         # min_size=0: no connection at start, so the process comes up (and answers
@@ -75,7 +91,7 @@ class Admitter:
         try:
             if self._group is not None:
                 return await self._group.admit(events, receipts)
-            async with self.pool.acquire() as conn, conn.transaction():
+            async with bounded_transaction(self.pool) as conn:
                 new_ids = await insert_events(conn, events)
                 await insert_receipts(conn, receipts)
         except (asyncio.CancelledError, TimeoutError):
@@ -89,12 +105,17 @@ class Admitter:
         """Transactions the group committer has committed (None when it is off)."""
         return self._group.commits if self._group is not None else None
 
+    @property
+    def group_isolations(self) -> int | None:
+        """Shared transactions the server refused and that were retried one by one."""
+        return self._group.isolations if self._group is not None else None
+
     async def admit_action(
         self, receipt: ReceiptRow, execution: ActionExecutionRow
     ) -> datetime | None:
         """Commit a must-complete execution with its receipt; None if already admitted."""
         try:
-            async with self.pool.acquire() as conn, conn.transaction():
+            async with bounded_transaction(self.pool) as conn:
                 await insert_receipts(conn, [receipt])
                 return await insert_action_execution(conn, execution)
         except (asyncio.CancelledError, TimeoutError):
@@ -103,11 +124,11 @@ class Admitter:
             raise _unavailable(exc) from None
 
     async def ready(self, timeout_s: float) -> bool:
-        """Can a transaction commit right now?"""
+        """Can a transaction commit right now? Answers within `timeout_s` (NF-5)."""
         try:
-            async with asyncio.timeout(timeout_s), self.pool.acquire() as conn, conn.transaction():
+            async with asyncio.timeout(timeout_s), bounded_transaction(self.pool) as conn:
                 await select_one(conn)
         except Exception as exc:
-            log.warning("readiness check failed: %s", type(exc).__name__)
+            warn.warning("readiness check failed: %s", type(exc).__name__)
             return False
         return True

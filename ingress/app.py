@@ -31,6 +31,7 @@ from ingress.config import IngressConfig, TemporalTarget
 from ingress.dispatch import Background, WorkflowStarter
 from ingress.errors import DropReason, Rejection, Unavailable
 from ingress.gate import deadline_budget_ms, read_verified_body
+from ingress.logthrottle import ThrottledLog
 from ingress.metrics import DropCounter
 from ingress.relay import Relay
 from ingress.saves import SaveApi
@@ -43,6 +44,7 @@ from protocol.ingress_policy import (
 )
 
 log = logging.getLogger(__name__)
+warn = ThrottledLog(log)
 
 RETRY_AFTER_S: Final = "5"
 READY_TIMEOUT_S: Final = 0.5
@@ -103,7 +105,7 @@ class IngressApp:
             self.background.spawn(self.starter.start_execution(self.admitter.pool, execution))
 
     def _unavailable(self, endpoint: str, reason: DropReason) -> Response:
-        log.warning("endpoint %s unavailable: %s", endpoint, reason.value)
+        warn.warning("endpoint %s unavailable: %s", endpoint, reason.value)
         if self.config.policy.mode_of(endpoint) is EndpointMode.ACK_DROP:
             self.drops.increment(endpoint, reason)
             return Response(status_code=204)
@@ -224,7 +226,9 @@ def create_app(
 ) -> Starlette:
     """The ASGI app; its lifespan opens the admission pool and, when `temporal` is given
     (a target, or a client and task queue), the workflow starter and the relay."""
-    admitter = Admitter(database_url)
+    # A shared commit is abandoned once it outlives the longest request deadline.
+    longest_deadline_ms = max((e.deadline_ms for e in config.policy.endpoints), default=750)
+    admitter = Admitter(database_url, commit_timeout_s=longest_deadline_ms / 1000)
     ingress = IngressApp(config, admitter, now_ms)
 
     @asynccontextmanager

@@ -1,10 +1,16 @@
-"""Bounded body reads: reject over-limit bodies, never truncate them (ING-3)."""
+"""Bounded body reads and the one parse every endpoint uses (ING-3, NF-5).
+
+Over-limit bodies are rejected, never truncated; a body is parsed as exact JSON
+and checked storable (protocol/storable.py) before anything joins a commit.
+"""
 
 from __future__ import annotations
 
 from starlette.requests import ClientDisconnect, Request
 
 from ingress.errors import Rejection
+from protocol.event_identity import JsonError, parse_exact_json
+from protocol.storable import unstorable_reason
 
 
 async def read_limited_body(request: Request, limit: int) -> bytes:
@@ -28,3 +34,15 @@ async def read_limited_body(request: Request, limit: int) -> bytes:
     except ClientDisconnect:
         raise Rejection(400, "client_disconnected") from None
     return bytes(body)
+
+
+def parse_document(body: bytes) -> object:
+    """The body as exact JSON; 400 `malformed_json`, or 400 with the reason the database
+    could not store it (`unencodable_string`, `nul_in_text`, ...)."""
+    try:
+        document = parse_exact_json(body)
+    except JsonError:
+        raise Rejection(400, "malformed_json") from None
+    if (problem := unstorable_reason(document)) is not None:
+        raise Rejection(400, problem.value)
+    return document

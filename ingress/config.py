@@ -15,7 +15,7 @@ import yaml
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from protocol.ingress_policy import Endpoint, IngressPolicy
+from protocol.ingress_policy import BATCH_RULE, Endpoint, IngressPolicy, WebhookEndpoint
 
 
 class ConfigError(Exception):
@@ -36,6 +36,11 @@ class IngressSettings(PolicyLocation):
     database_url: SecretStr = Field(validation_alias="DATABASE_URL")
     host: str = Field(default="127.0.0.1", validation_alias="CONNECTOR_PUSH_INGRESS_HOST")
     port: int = Field(default=8780, validation_alias="CONNECTOR_PUSH_INGRESS_PORT")
+    # Processes serving the one port (SO_REUSEPORT): each is a whole ingress with its
+    # own pool and group committer; more than one only helps with cores to spare.
+    processes: int = Field(
+        default=1, ge=1, le=64, validation_alias="CONNECTOR_PUSH_INGRESS_PROCESSES"
+    )
     # Where processing workflows are started (ING-6). Unset: admissions still commit
     # and answer, and a relay with a Temporal address starts their workflows later.
     temporal_address: str | None = Field(default=None, validation_alias="TEMPORAL_ADDRESS")
@@ -127,11 +132,15 @@ def readback(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, obj
         entry = endpoint.model_dump(mode="json")
         entry["secret_present"] = bool(environ.get(endpoint.signature.secret_env))
         entry["mode"] = policy.mode_of(endpoint.name).value
+        if isinstance(endpoint, WebhookEndpoint):
+            entry["batch"] = BATCH_RULE
         endpoints.append(entry)
     ack_drop = policy.ack_drop_endpoints
     return {
         "profile": policy.profile.value,
         "ack_drop_endpoints": None if ack_drop is None else sorted(ack_drop),
         "workflow_action_mode": policy.workflow_action_mode.value,
+        "head_timeout_ms": policy.head_timeout_ms,
+        "max_connections": policy.max_connections,
         "endpoints": endpoints,
     }

@@ -19,7 +19,9 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from db.bounded import bounded_transaction
 from db.ingress_queries import UnstartedExecution, mark_events_started, mark_execution_started
+from ingress.logthrottle import ThrottledLog
 from protocol.action_callback import (
     ACTION_CALLBACK_WORKFLOW,
     ActionCallbackInput,
@@ -30,6 +32,7 @@ from protocol.inbound import INBOUND_EVENT_WORKFLOW, InboundEventInput, event_wo
 from protocol.ingress_policy import IngressPolicy, WorkflowActionEndpoint
 
 log = logging.getLogger(__name__)
+warn = ThrottledLog(log)
 
 START_TIMEOUT_S: Final = 2.0
 
@@ -82,11 +85,11 @@ class WorkflowStarter:
                     event_workflow_id(event_id),
                 )
             except Exception as exc:  # Temporal unreachable or slow: the relay retries
-                log.warning("could not start event workflow: %s", type(exc).__name__)
+                warn.warning("could not start event workflow: %s", type(exc).__name__)
                 break
             started.append(event_id)
         if started:
-            async with pool.acquire() as conn:
+            async with asyncio.timeout(self._timeout_s), bounded_transaction(pool) as conn:
                 await mark_events_started(conn, started)
         return len(started)
 
@@ -94,7 +97,7 @@ class WorkflowStarter:
         """Start the callback workflow of one must-complete execution; False if it failed."""
         endpoint = self._actions.get(execution.endpoint)
         if endpoint is None or endpoint.callback_base_url is None:
-            log.warning("no callback target for endpoint %s", execution.endpoint)
+            warn.warning("no callback target for endpoint %s", execution.endpoint)
             return False
         arg = ActionCallbackInput(
             execution_id=execution.execution_id,
@@ -106,9 +109,9 @@ class WorkflowStarter:
                 ACTION_CALLBACK_WORKFLOW, arg, action_workflow_id(execution.callback_id)
             )
         except Exception as exc:
-            log.warning("could not start action workflow: %s", type(exc).__name__)
+            warn.warning("could not start action workflow: %s", type(exc).__name__)
             return False
-        async with pool.acquire() as conn:
+        async with asyncio.timeout(self._timeout_s), bounded_transaction(pool) as conn:
             await mark_execution_started(conn, execution.execution_id)
         return True
 
@@ -127,7 +130,7 @@ class Background:
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("background start failed: %s", type(task.exception()).__name__)
+            warn.warning("background start failed: %s", type(task.exception()).__name__)
 
     async def idle(self) -> None:
         """Wait until every spawned task has finished (tests and shutdown)."""

@@ -14,14 +14,18 @@ from typing import Final
 
 import asyncpg
 
+from db.bounded import bounded_transaction
 from db.ingress_queries import unstarted_events, unstarted_executions
 from ingress.dispatch import WorkflowStarter
+from ingress.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
+warn = ThrottledLog(log)
 
 RELAY_INTERVAL_S: Final = 5.0
 RELAY_MIN_AGE: Final = timedelta(seconds=10)
 RELAY_BATCH: Final = 100
+RELAY_QUERY_TIMEOUT_S: Final = 5.0
 
 
 class Relay:
@@ -37,7 +41,7 @@ class Relay:
 
     async def run_once(self, pool: asyncpg.Pool) -> int:
         """One pass over both backlogs; returns how many workflows it started."""
-        async with pool.acquire() as conn:
+        async with asyncio.timeout(RELAY_QUERY_TIMEOUT_S), bounded_transaction(pool) as conn:
             events = await unstarted_events(conn, self._min_age, self._batch)
             executions = await unstarted_executions(conn, self._min_age, self._batch)
         started = await self._starter.start_events(pool, events)
@@ -52,5 +56,5 @@ class Relay:
                 if started := await self.run_once(pool):
                     log.info("relay started %d workflow(s)", started)
             except Exception as exc:
-                log.warning("relay pass failed: %s", type(exc).__name__)
+                warn.warning("relay pass failed: %s", type(exc).__name__)
             await asyncio.sleep(interval_s)

@@ -1,18 +1,118 @@
-"""Serve the ingress with uvicorn: the one place a process reads its settings."""
+"""Serve the ingress with uvicorn: the one place a process reads its settings.
+
+uvicorn bounds an idle keep-alive connection (`timeout_keep_alive`) and the
+connections it serves (`limit_concurrency`), but not the time to receive a
+request head: its keep-alive timer is cancelled by the first byte, and a new
+connection has no timer at all, so a client that stalls halfway through its
+headers holds the connection for ever (slowloris). `HeadTimeoutProtocol` is
+uvicorn's own httptools protocol plus that one timer, armed when a connection
+opens and when a request's first byte arrives, disarmed when the head is
+complete; when it fires the connection is closed.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any, ClassVar, Final
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ingress.app import create_app
 from ingress.config import ConfigError, IngressSettings, load_config
+from protocol.ingress_policy import IngressPolicy
+
+# Set in the extra processes `serve` starts, so they serve and start no others.
+CHILD_ENV: Final = "CONNECTOR_PUSH_INGRESS_CHILD"
+STOP_TIMEOUT_S: Final = 10.0
+
+
+class HeadTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing a connection whose head stalls."""
+
+    head_timeout_s: ClassVar[float] = 2.0
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._arm_head_timer()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_timer is None:
+            self._arm_head_timer()
+
+    def on_headers_complete(self) -> None:
+        self._disarm_head_timer()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def protocol_for(policy: IngressPolicy) -> type[HeadTimeoutProtocol]:
+    """The protocol class with the policy's head timeout."""
+    return type(
+        "PolicyHeadTimeoutProtocol",
+        (HeadTimeoutProtocol,),
+        {"head_timeout_s": policy.head_timeout_ms / 1000},
+    )
+
+
+def uvicorn_config(app: Any, policy: IngressPolicy, **options: Any) -> uvicorn.Config:
+    """uvicorn's configuration for the ingress: the policy's head and connection bounds."""
+    return uvicorn.Config(
+        app,
+        http=protocol_for(policy),
+        limit_concurrency=policy.max_connections,
+        log_level="warning",
+        access_log=False,
+        **options,
+    )
+
+
+def bind(host: str, port: int, *, shared: bool) -> socket.socket:
+    """The listening socket; `shared` (SO_REUSEPORT) lets several processes bind one port,
+    the kernel spreading connections over them."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def _start_siblings(config_path: Path, count: int) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, CHILD_ENV: "1"}
+    command = [sys.executable, "-m", "ingress", str(config_path)]
+    return [subprocess.Popen(command, env=env) for _ in range(count)]
 
 
 def serve(config_path: Path | None = None) -> None:
-    """Load settings and policy once, then serve until interrupted."""
+    """Load settings and policy once, then serve until interrupted (with
+    `CONNECTOR_PUSH_INGRESS_PROCESSES` > 1, that many processes share the port)."""
     settings = IngressSettings()
     path = config_path or settings.config
     if path is None:
@@ -22,4 +122,23 @@ def serve(config_path: Path | None = None) -> None:
     app = create_app(
         config, settings.database_url.get_secret_value(), temporal=settings.temporal_target()
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    child = os.environ.get(CHILD_ENV) == "1"
+    shared = child or settings.processes > 1
+    sock = bind(settings.host, settings.port, shared=shared)
+    siblings = [] if child else _start_siblings(path, settings.processes - 1)
+    try:
+        uvicorn.Server(uvicorn_config(app, config.policy)).run(sockets=[sock])
+    finally:
+        for sibling in siblings:
+            _stop(sibling)
+        sock.close()
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (uvicorn shuts down gracefully on it), then SIGKILL if it lingers."""
+    process.terminate()
+    try:
+        process.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

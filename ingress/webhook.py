@@ -7,16 +7,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from db.ingress_queries import EventRow, ReceiptRow
+from ingress.body import parse_document
 from ingress.errors import Rejection
 from protocol.event_identity import (
     MISSING,
     IdentityError,
-    JsonError,
     canonical_decimal,
     dump_exact_json,
     identities,
     lookup,
-    parse_exact_json,
 )
 from protocol.ingress_policy import InboundRoute, WebhookEndpoint
 
@@ -29,12 +28,10 @@ class AdmissionPlan:
 
 
 def parse_batch(endpoint: WebhookEndpoint, body: bytes) -> list[Mapping[str, object]]:
-    """A body is one event object or an array of them; anything else is malformed (400)."""
-    try:
-        document = parse_exact_json(body)
-    except JsonError:
-        raise Rejection(400, "malformed_json") from None
-    events = document if isinstance(document, list) else [document]
+    """The body's events under `BATCH_RULE`: a bare object is `batch_not_array` (400)."""
+    events = parse_document(body)
+    if not isinstance(events, list):
+        raise Rejection(400, "batch_not_array")
     if not events or len(events) > endpoint.max_events:
         raise Rejection(400, "bad_batch_size")
     objects = [event for event in events if isinstance(event, Mapping)]

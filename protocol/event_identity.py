@@ -9,8 +9,9 @@ Rules kept in this module:
 3. The business identity omits the delivery attempt counter; the receipt identity
    is the same parts plus the attempt, under its own domain tag. A retry therefore
    keeps its event and gets a new receipt.
-4. A missing required part, or a value of the wrong JSON type, is an
-   `IdentityError`: an event that cannot be identified is rejected, never guessed.
+4. A missing required part, a value of the wrong JSON type, or text that is not
+   encodable (a lone surrogate) is an `IdentityError`: an event that cannot be
+   identified is rejected, never guessed; callers catch that one error only.
 """
 
 from __future__ import annotations
@@ -141,10 +142,17 @@ def lookup(event: object, path: str) -> object:
     return current
 
 
+def _utf8(value: str, path: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (`\\ud800`): never a hashable part
+        raise IdentityError(f"identity part {path!r} is not encodable text") from None
+
+
 def _typed_bytes(part_type: PartType, value: object, path: str) -> bytes:
     match part_type:
         case PartType.STRING if isinstance(value, str):
-            return value.encode("utf-8")
+            return _utf8(value, path)
         case PartType.BOOLEAN if isinstance(value, bool):
             return b"true" if value else b"false"
         case PartType.NUMBER if isinstance(value, Decimal):
@@ -170,7 +178,7 @@ def _field_frame(field: IdentityField, event: object) -> bytes:
 def _scalar_frame(value: object, path: str) -> bytes:
     """A legacy part: typed by its own JSON type (string or number)."""
     if isinstance(value, str):
-        return _frame(_TYPE_TAG[PartType.STRING], value.encode("utf-8"))
+        return _frame(_TYPE_TAG[PartType.STRING], _utf8(value, path))
     if isinstance(value, Decimal | int) and not isinstance(value, bool):
         return _frame(_TYPE_TAG[PartType.NUMBER], _typed_bytes(PartType.NUMBER, value, path))
     raise IdentityError(f"identity part {path!r} is missing or not a string or number")

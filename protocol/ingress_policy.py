@@ -9,6 +9,9 @@ Rules kept in this module:
    unless that set is written out explicitly (it may be empty).
 4. Legacy signature schemes (v1, v2: no timestamp, no replay protection) load
    only where the endpoint opts in with `allow_legacy_signature`.
+5. The server itself is bounded too: the time to receive a request head and the
+   number of connections served at once have defaults and can only be lowered
+   or raised within limits, never switched off.
 """
 
 from __future__ import annotations
@@ -129,6 +132,14 @@ class _EndpointBase(_Strict):
     body_limit: Annotated[int, Field(gt=0, le=64 * 1024 * 1024)] = 1024 * 1024
 
 
+# What a webhook body must be (README "Webhook batches", readback `batch`). The
+# remote always sends a JSON array, so that is the one shape accepted: a bare
+# object is refused (400 `batch_not_array`) rather than guessed to be one event.
+BATCH_RULE: Final = (
+    "a JSON array of 1..max_events event objects; a bare object is 400 batch_not_array"
+)
+
+
 class WebhookEndpoint(_EndpointBase):
     kind: Literal["webhook"] = "webhook"
     identity: IdentityRule
@@ -188,6 +199,12 @@ class IngressPolicy(_Strict):
     endpoints: tuple[Endpoint, ...]
     # The CRM's HTTP save API (API-1): served at /v1/saves* only when configured.
     save_api: SaveApiPolicy | None = None
+    # Time to receive a request's head (request line and headers), counted from the
+    # connection's or the request's first byte; a stalled head is closed. The
+    # per-request deadline (ING-4) starts only once the head is in.
+    head_timeout_ms: Annotated[int, Field(gt=0, le=60_000)] = 2_000
+    # Connections served at once; a request beyond it is answered 503 at once.
+    max_connections: Annotated[int, Field(gt=0, le=100_000)] = 1_000
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -210,6 +227,7 @@ class IngressPolicy(_Strict):
 
 
 __all__ = [
+    "BATCH_RULE",
     "ActionPolicy",
     "ActionRule",
     "CompositeIdentityRule",

@@ -17,6 +17,7 @@ import yaml
 
 from ingress.app import IngressApp, create_app, wall_clock_ms
 from ingress.config import IngressConfig, parse_policy, resolve_secrets
+from ingress.server import uvicorn_config
 from ingress.signature import sign_v3
 
 WEBHOOK_SECRET = "test-webhook-secret"
@@ -191,7 +192,7 @@ async def live_server(
     app = create_app(config, database_url, **options)
     sock = free_socket()
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn_config(app, config.policy, lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
 
     async def started() -> bool:
