@@ -7,6 +7,7 @@ with the active pack. Hashes are computed here, once, from manifest models.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
@@ -30,9 +31,26 @@ class Snapshot(BaseModel):
 # -- digests: the hashes links and attempts store -----------------------------
 
 
+# Declarations added after links were first frozen. Left at their default they are
+# left out of the digest, so a runtime upgrade alone is not profile drift (a pack that
+# declares one is: its links' frozen contract no longer says what the profile says).
+LATER_PROFILE_DECLARATIONS: Final = (
+    "not_applied_statuses",
+    "not_applied_budget_seconds",
+    "readback",
+    "remote_id_pattern",
+)
+
+
 def profile_payload_hash(profile: Profile) -> str:
     """Everything a profile declares except its (mutable) name."""
-    return model_digest(profile, exclude={"name"})
+    fields = type(profile).model_fields
+    defaults = {
+        name
+        for name in LATER_PROFILE_DECLARATIONS
+        if getattr(profile, name) == fields[name].get_default(call_default_factory=True)
+    }
+    return model_digest(profile, exclude={"name", *defaults})
 
 
 def endpoint_binding_hash(profile: Profile) -> str:

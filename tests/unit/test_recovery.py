@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from protocol.manifest import Profile
 from protocol.readback import readback_matches
 from protocol.recovery import (
     JournalEntry,
@@ -20,7 +21,7 @@ from protocol.recovery import (
     on_patch_conflict,
 )
 from protocol.remote_ids import RemoteIdError, check_remote_id, is_canonical
-from protocol.snapshots import ProfileSnapshot
+from protocol.snapshots import ProfileSnapshot, profile_payload_hash
 from tests.unit.factories import demo_manifest
 
 MANIFEST = demo_manifest()
@@ -204,3 +205,21 @@ def test_refusal_names_the_canonical_form() -> None:
     assert refused.value.canonical == "1002"
     assert check_remote_id("1002", r"[0-9]+") == "1002"
     assert not is_canonical("abc", r"[0-9]+")
+
+
+def test_an_upgrade_alone_does_not_move_the_profile_payload_hash() -> None:
+    """Links frozen before §14.2 keep their profile_payload_hash: new declarations at
+    their defaults are left out; declaring one is a change (drift, by design)."""
+    document = {
+        "name": "p",
+        "credentialRef": "env:T",
+        "endpointClass": "objects-api",
+        "baseUrl": "http://127.0.0.1:1",
+        "retryPolicy": {"maxAttempts": 1, "initialIntervalMs": 1},
+    }
+    bare = Profile.model_validate(document)
+    # The digest of this document as the runtime computed it before the new fields.
+    before = "af627e1e719a8caada17eca82f2e29c721b08c952ca56d107e9016d6fd38b1f5"
+    declared = Profile.model_validate({**document, "notAppliedStatuses": [429]})
+    assert profile_payload_hash(declared) != profile_payload_hash(bare)
+    assert profile_payload_hash(bare) == before
