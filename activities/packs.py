@@ -138,3 +138,15 @@ async def get_active_pack(conn: Conn, owner_key: str) -> ActivePack | None:
     """The owner key's active install, or None when it has none."""
     row = await q.select_active_install(conn, owner_key)
     return None if row is None else await _active_pack(conn, row)
+
+
+async def get_install(conn: Conn, pack_install_id: str) -> ActivePack | None:
+    """One install by id, active or not (its manifest re-validated, then cached)."""
+    row = await q.select_install(conn, pack_install_id)
+    return None if row is None else await _active_pack(conn, row)
+
+
+async def active_manifests(conn: Conn) -> list[PackManifest]:
+    """The manifest of every owner key's active install."""
+    packs = [await get_active_pack(conn, owner) for owner in await q.select_active_owner_keys(conn)]
+    return [pack.manifest for pack in packs if pack is not None]

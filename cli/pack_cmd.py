@@ -12,13 +12,27 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from activities.packs import ActivePack, ApplyOutcome, ApplyPackResult, apply_pack, get_active_pack
+from activities.packs import (
+    ActivePack,
+    ApplyOutcome,
+    ApplyPackResult,
+    active_manifests,
+    apply_pack,
+    get_active_pack,
+)
+from activities.rate_limit import ensure_fairness_limit
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
 from cli.errors import fail
 from db import packs as q
 from db.records import Conn
 from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
+from protocol.rate_limit import budget_rates
+from worker.client import connect_temporal
+from worker.settings import RuntimeSettings
+
+# Setting the limits on Temporal is best effort: the worker sets them at start too.
+RATE_LIMIT_SYNC_TIMEOUT_S = 10.0
 
 OwnerKey = Annotated[
     str | None,
@@ -61,9 +75,27 @@ def _print_apply(result: ApplyPackResult) -> None:
     )
 
 
-async def _apply(dsn: str, manifest: PackManifest) -> ApplyPackResult:
+async def _apply(dsn: str, manifest: PackManifest) -> tuple[ApplyPackResult, dict[str, float]]:
     async with connect(dsn) as conn:
-        return await apply_pack(conn, manifest)
+        result = await apply_pack(conn, manifest)
+        return result, budget_rates(await active_manifests(conn))
+
+
+async def _set_rate_limits(rates: dict[str, float]) -> str:
+    """Set the remote rate limits (PROF-3) on the task queue; a note on what happened."""
+    settings = RuntimeSettings()
+    if not rates:
+        return "rate limits: no profile declares rateLimit"
+    if settings.temporal_address is None:
+        return "rate limits: TEMPORAL_ADDRESS is not set; the worker sets them at start"
+    try:
+        async with asyncio.timeout(RATE_LIMIT_SYNC_TIMEOUT_S):
+            client = await connect_temporal(settings)
+            await ensure_fairness_limit(client, settings.task_queue)
+    except Exception as exc:  # any failure leaves the apply standing: the worker retries
+        reason = f"{type(exc).__name__}: {exc}"
+        return f"warning: rate limits not set on Temporal ({reason}); the worker sets them at start"
+    return f"rate limits: {len(rates)} limited budget(s) set on task queue {settings.task_queue}"
 
 
 def apply_command(
@@ -73,11 +105,13 @@ def apply_command(
 ) -> None:
     """Validate a manifest and make it the active install for its ConnectorOwnerKey."""
     manifest = validate_manifest_file(file)
-    result = asyncio.run(_apply(_dsn(database_url), manifest))
+    result, rates = asyncio.run(_apply(_dsn(database_url), manifest))
+    note = asyncio.run(_set_rate_limits(rates))
     if as_json:
         echo_json(result.model_dump(mode="json"))
     else:
         _print_apply(result)
+    typer.echo(note, err=True)
 
 
 async def _resolve_owner(conn: Conn, owner_key: str | None) -> str:

@@ -7,20 +7,31 @@ from typing import Annotated
 
 import typer
 import yaml
-from pydantic import ValidationError
 
 from cli.errors import fail
-from sandbox.config import SandboxConfig
+from sandbox.config import RateLimitConfig, SandboxConfig
 from sandbox.server import run_sandbox
 
 
-def load_sandbox_config(config_file: Path | None, persist: Path | None) -> SandboxConfig:
-    """Read the YAML config (defaults without one); `--persist` overrides its persist_path."""
+def load_sandbox_config(
+    config_file: Path | None, persist: Path | None, rate_limit: str | None = None
+) -> SandboxConfig:
+    """Read the YAML config (defaults without one); the flags override its fields."""
     raw = yaml.safe_load(config_file.read_text("utf-8")) if config_file is not None else None
     config = SandboxConfig.model_validate(raw or {})
     if persist is not None:
         config = config.model_copy(update={"persist_path": persist})
+    if rate_limit is not None:
+        config = config.model_copy(update={"rate_limit": parse_rate_limit(rate_limit)})
     return config
+
+
+def parse_rate_limit(text: str) -> RateLimitConfig:
+    """`REQUESTS/SECONDS`, e.g. `100/10` for HubSpot's ten-second burst window."""
+    requests, slash, seconds = text.partition("/")
+    if not slash:
+        raise ValueError(f"--rate-limit {text!r}: expected REQUESTS/SECONDS, e.g. 100/10")
+    return RateLimitConfig.model_validate({"requests": requests, "per_seconds": seconds})
 
 
 def register(app: typer.Typer) -> None:
@@ -36,10 +47,14 @@ def register(app: typer.Typer) -> None:
         config: Annotated[
             Path | None, typer.Option(help="YAML SandboxConfig (object types, seed).")
         ] = None,
+        rate_limit: Annotated[
+            str | None,
+            typer.Option(help="Token bucket per object type, REQUESTS/SECONDS (e.g. 100/10)."),
+        ] = None,
     ) -> None:
         """Serve the sandbox remote; see /_sandbox/ledger for the create ledger."""
         try:
-            sandbox_config = load_sandbox_config(config, persist)
-        except (OSError, yaml.YAMLError, ValidationError) as exc:
+            sandbox_config = load_sandbox_config(config, persist, rate_limit)
+        except (OSError, yaml.YAMLError, ValueError) as exc:
             fail(f"sandbox config: {exc}")
         run_sandbox(sandbox_config, host, port)

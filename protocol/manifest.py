@@ -197,6 +197,17 @@ class LocatorRecovery(PackModel):
     lookup_path: LookupPath
 
 
+class RateLimit(PackModel):
+    """The remote's request budget (SPEC PROF-3): at most `requests` per `per_seconds`."""
+
+    requests: int = Field(ge=1)
+    per_seconds: float = Field(gt=0, le=86_400)
+
+    @property
+    def per_second(self) -> float:
+        return self.requests / self.per_seconds
+
+
 class Profile(PackModel):
     name: StableId
     credential_ref: NonEmpty
@@ -208,6 +219,8 @@ class Profile(PackModel):
     idempotency: Idempotency = Idempotency()
     precondition: Precondition | None = None
     locator_recovery: LocatorRecovery | None = None
+    # PROF-3: shared by every profile using the same credential on the same remote scope.
+    rate_limit: RateLimit | None = None
     # PROF-1: answers the remote documents as "not processed" (e.g. 429): such a try had
     # no effect, so the same frozen request is re-sent after Retry-After, within a time
     # budget that does not use up the retry count.

@@ -43,14 +43,15 @@ LATER_PROFILE_DECLARATIONS: Final = (
 
 
 def profile_payload_hash(profile: Profile) -> str:
-    """Everything a profile declares except its (mutable) name."""
+    """Everything a profile declares except its (mutable) name and its pacing: a
+    `rateLimit` (PROF-3) changes how fast requests leave, never what a link may send."""
     fields = type(profile).model_fields
     defaults = {
         name
         for name in LATER_PROFILE_DECLARATIONS
         if getattr(profile, name) == fields[name].get_default(call_default_factory=True)
     }
-    return model_digest(profile, exclude={"name", *defaults})
+    return model_digest(profile, exclude={"name", "rate_limit", *defaults})
 
 
 def endpoint_binding_hash(profile: Profile) -> str:

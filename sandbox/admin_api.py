@@ -1,4 +1,4 @@
-"""The `/_sandbox` admin routes: health, reset, fault rules, ledger, callbacks, objects."""
+"""The `/_sandbox` admin routes: health, reset, faults, ledger, callbacks, objects, rate limit."""
 
 from __future__ import annotations
 
@@ -12,13 +12,18 @@ from starlette.routing import Route
 from sandbox.callbacks import CallbackInbox
 from sandbox.faults import FaultBook, FaultRuleSpec
 from sandbox.holder import StateHolder
+from sandbox.rate_limit import RateLimiter, RateLimitSettings
 from sandbox.store import ObjectStore
 
 ADMIN = "/_sandbox"
 
 
 def admin_routes(
-    holder: StateHolder, book: FaultBook, store: ObjectStore, inbox: CallbackInbox
+    holder: StateHolder,
+    book: FaultBook,
+    store: ObjectStore,
+    inbox: CallbackInbox,
+    limiter: RateLimiter,
 ) -> list[Route]:
     """Routes for tests and benchmarks to steer and inspect the sandbox."""
 
@@ -28,6 +33,7 @@ def admin_routes(
     async def reset(request: Request) -> Response:
         holder.reset()
         book.clear()
+        limiter.reset()
         return Response(status_code=204)
 
     async def add_fault(request: Request) -> Response:
@@ -65,6 +71,25 @@ def admin_routes(
         Route(ADMIN + "/ledger", ledger, methods=["GET"]),
         Route(ADMIN + "/callbacks", callbacks, methods=["GET"]),
         Route(ADMIN + "/objects/{object_type}", objects, methods=["GET"]),
+        *_rate_limit_routes(limiter),
+    ]
+
+
+def _rate_limit_routes(limiter: RateLimiter) -> list[Route]:
+    async def report(request: Request) -> Response:
+        return JSONResponse(limiter.report().model_dump(mode="json"))
+
+    async def configure(request: Request) -> Response:
+        try:
+            settings = RateLimitSettings.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return JSONResponse({"status": "error", "message": str(exc)}, 422)
+        limiter.configure(settings)
+        return JSONResponse(settings.model_dump(mode="json"))
+
+    return [
+        Route(ADMIN + "/rate-limit", report, methods=["GET"]),
+        Route(ADMIN + "/rate-limit", configure, methods=["PUT"]),
     ]
 
 

@@ -12,6 +12,7 @@ from sandbox.connections import ConnectionRegistry
 from sandbox.faults import FaultBook
 from sandbox.holder import StateHolder
 from sandbox.injector import FaultInjector
+from sandbox.rate_limit import RateLimiter, settings_from
 from sandbox.remote_api import remote_routes
 from sandbox.store import ObjectStore
 
@@ -22,6 +23,10 @@ def create_app(config: SandboxConfig, connections: ConnectionRegistry | None = N
     book = FaultBook(default_seed=config.seed)
     store = ObjectStore(config, holder)
     inbox = CallbackInbox(config, holder)
-    routes = [*remote_routes(store, inbox), *admin_routes(holder, book, store, inbox)]
+    limiter = RateLimiter(settings_from(config))
+    routes = [
+        *remote_routes(store, inbox, limiter),
+        *admin_routes(holder, book, store, inbox, limiter),
+    ]
     injector = Middleware(FaultInjector, book=book, connections=connections or ConnectionRegistry())
     return Starlette(routes=routes, middleware=[injector])

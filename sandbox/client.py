@@ -6,6 +6,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from sandbox.faults import FaultRuleSpec, FaultRuleView
+from sandbox.rate_limit import RateLimitReport, RateLimitSettings
 from sandbox.state import CallbackCompletion, LedgerEntry, LedgerKind
 
 _RULES = TypeAdapter(list[FaultRuleView])
@@ -53,6 +54,16 @@ class SandboxClient:
         results: list[dict[str, object]] = response.raise_for_status().json()["results"]
         return results
 
+    async def rate_limit(self) -> RateLimitReport:
+        """The limits in force, 429s answered per object type and every admitted request."""
+        response = await self._http.get(f"{self._base}/rate-limit")
+        return RateLimitReport.model_validate_json(response.raise_for_status().content)
+
+    async def set_rate_limit(self, settings: RateLimitSettings) -> None:
+        """Replace the rate limits (buckets start full)."""
+        body = settings.model_dump_json()
+        (await self._http.put(f"{self._base}/rate-limit", content=body)).raise_for_status()
+
     async def reset(self) -> None:
-        """Forget all objects, ledger, idempotency records, callbacks and fault rules."""
+        """Forget objects, ledger, idempotency records, callbacks, faults and rate-limit counts."""
         (await self._http.post(f"{self._base}/reset")).raise_for_status()

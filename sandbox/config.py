@@ -1,4 +1,4 @@
-"""Sandbox configuration: object types, their unique properties and idempotency support."""
+"""Sandbox configuration: object types, unique properties, idempotency and rate limits."""
 
 from __future__ import annotations
 
@@ -10,6 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 MAX_UNIQUE_PROPERTIES = 10
 
 
+class RateLimitConfig(BaseModel):
+    """A token bucket: `requests` tokens, refilled evenly over `per_seconds` (HubSpot: 100/10 s)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    requests: int = Field(ge=1)
+    per_seconds: float = Field(gt=0, le=86_400)
+
+
 class ObjectTypeConfig(BaseModel):
     """How one object type behaves: which properties are unique, whether keys are honoured."""
 
@@ -17,6 +26,8 @@ class ObjectTypeConfig(BaseModel):
 
     unique_properties: tuple[str, ...] = Field(default=(), max_length=MAX_UNIQUE_PROPERTIES)
     idempotency: bool = False
+    # Overrides `SandboxConfig.rate_limit` for this type.
+    rate_limit: RateLimitConfig | None = None
 
 
 def _default_object_types() -> dict[str, ObjectTypeConfig]:
@@ -38,6 +49,8 @@ class SandboxConfig(BaseModel):
     persist_path: Path | None = None
     first_id: int = Field(default=1001, ge=1)
     callback_duplicate_status: int = Field(default=204, ge=200, le=599)
+    # Every object type gets its own bucket of this size; None: no limit.
+    rate_limit: RateLimitConfig | None = None
 
     @model_validator(mode="after")
     def _types_present(self) -> SandboxConfig:

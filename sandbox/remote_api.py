@@ -7,6 +7,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandbox.callbacks import CallbackInbox
+from sandbox.rate_limit import RateLimiter
 from sandbox.replies import Reply
 from sandbox.store import ObjectStore
 
@@ -21,26 +22,33 @@ def to_response(reply: Reply) -> Response:
     return JSONResponse(reply.body, reply.status, dict(reply.headers))
 
 
-def remote_routes(store: ObjectStore, inbox: CallbackInbox) -> list[Route]:
-    """Routes of the emulated remote API."""
+def remote_routes(store: ObjectStore, inbox: CallbackInbox, limiter: RateLimiter) -> list[Route]:
+    """Routes of the emulated remote API; object requests count against the rate limit."""
 
     async def create(request: Request) -> Response:
         key = request.headers.get("idempotency-key")
         object_type = request.path_params["object_type"]
-        return to_response(store.create(object_type, await request.body(), key))
+        body = await request.body()
+        return _limited(request) or to_response(store.create(object_type, body, key))
 
     async def read(request: Request) -> Response:
         object_type, ref = _address(request)
         id_property = request.query_params.get("idProperty")
-        return to_response(store.read(object_type, ref, id_property))
+        return _limited(request) or to_response(store.read(object_type, ref, id_property))
 
     async def patch(request: Request) -> Response:
         object_type, ref = _address(request)
         if_match = request.headers.get("if-match")
-        return to_response(store.patch(object_type, ref, await request.body(), if_match))
+        body = await request.body()
+        return _limited(request) or to_response(store.patch(object_type, ref, body, if_match))
 
     async def delete(request: Request) -> Response:
-        return to_response(store.delete(*_address(request)))
+        return _limited(request) or to_response(store.delete(*_address(request)))
+
+    def _limited(request: Request) -> Response | None:
+        # A 429 is a refusal before processing: the store never sees the request.
+        refusal = limiter.admit(request.method, request.path_params["object_type"])
+        return None if refusal is None else to_response(refusal)
 
     async def complete(request: Request) -> Response:
         callback_id = request.path_params["callback_id"]

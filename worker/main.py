@@ -9,7 +9,13 @@ import signal
 from db.pool import create_pool
 from worker.client import connect_temporal, sdk_runtime
 from worker.observability import configure_logging, configure_tracing
-from worker.runtime import build_worker, ensure_search_attributes, remote_http_client, run_until
+from worker.runtime import (
+    build_worker,
+    ensure_rate_limits,
+    ensure_search_attributes,
+    remote_http_client,
+    run_until,
+)
 from worker.schedules import ensure_relay_schedule
 from worker.settings import RuntimeSettings
 
@@ -26,6 +32,7 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     await ensure_relay_schedule(client, settings.task_queue)
     pool = await create_pool(settings.require_database_url(), min_size=2, max_size=20)
     try:
+        await ensure_rate_limits(client, pool, settings.task_queue)
         async with remote_http_client() as http:
             worker = build_worker(client, pool, http, settings.task_queue)
             await run_until(stop, worker)

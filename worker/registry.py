@@ -13,6 +13,7 @@ from activities.hooks import DispatchHooks
 from activities.inbound import InboundActivities
 from activities.link import LinkActivities
 from activities.link_ops import LinkOpsActivities
+from activities.rate_limit import RateLimitActivities
 from activities.relay import RelayActivities
 from workflows.action_callback import ActionCallbackWorkflow
 from workflows.inbound import InboundEventWorkflow
@@ -34,6 +35,7 @@ def activity_callables(
     inbound = InboundActivities(pool)
     action = ActionCallbackActivities(pool, http)
     relay = RelayActivities(pool)
+    budgets = RateLimitActivities(pool)
     return [
         inbound.classify_event,
         inbound.signal_remote_deleted,
@@ -50,4 +52,5 @@ def activity_callables(
         ops.apply_remote_evidence,
         ops.park_exhausted,
         relay.wake_links_with_pending_work,
+        budgets.remote_budget,
     ]

@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.hooks import DispatchHooks
+from activities.rate_limit import current_budget_rates, ensure_fairness_limit
 from protocol.timeouts import REMOTE_HTTP_TIMEOUT, WORKER_GRACEFUL_SHUTDOWN
 from worker import registry
 from workflows import search_attributes
@@ -49,6 +50,16 @@ async def ensure_search_attributes(client: Client) -> None:
         )
 
 
+async def ensure_rate_limits(client: Client, pool: asyncpg.Pool, task_queue: str) -> None:
+    """Turn on the fairness-key limit that paces remote budgets on `task_queue` (PROF-3).
+
+    `pack apply` does it too; doing it at start survives a Temporal server reset.
+    """
+    await ensure_fairness_limit(client, task_queue)
+    rates = await current_budget_rates(pool)
+    log.info("remote rate limits on %s: %d limited budget(s) now", task_queue, len(rates))
+
+
 def build_worker(
     client: Client,
     pool: asyncpg.Pool,
@@ -68,6 +79,10 @@ def build_worker(
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
         graceful_shutdown_timeout=graceful_shutdown,
         max_concurrent_activities=200,
+        # An eagerly dispatched activity skips matching, and with it the fairness-key
+        # rate limits that pace remote I/O (PROF-3): measured, 60 creates in 4.6 s
+        # against a 3/s limit with eager dispatch on.
+        disable_eager_activity_execution=True,
     )
 
 

@@ -20,12 +20,13 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeUpdate
+from temporalio.common import Priority, RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.link import LinkActivities
     from activities.link_ops import LinkOpsActivities
+    from activities.rate_limit import RateLimitActivities
 
 from protocol.errors import NON_RETRYABLE_ERROR_TYPES
 from protocol.identity import link_workflow_id
@@ -52,6 +53,7 @@ from protocol.messages import (
     SupersedeInput,
 )
 from protocol.operator import OperatorAction, check_operator_action
+from protocol.rate_limit import RemoteBudgetInput
 from protocol.states import AttemptStatus
 from protocol.timeouts import LOCAL_ACTIVITY_START_TO_CLOSE, REMOTE_ACTIVITY_START_TO_CLOSE
 from workflows import search_attributes as sa
@@ -62,6 +64,7 @@ MAX_STEPS_PER_WAKE = 20
 # workflow.patched ids: histories recorded before a change keep replaying.
 PARKED_STAYS_OPEN = "parked-link-stays-open"
 BOUNDED_RUNS = "bounded-runs"
+REMOTE_BUDGET_PRIORITY = "remote-budget-priority"
 
 REMOTE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -87,6 +90,7 @@ class LinkWorkflow:
         self._wake = True
         self._evidence: list[RemoteEvidence] = []
         self._published: dict[str, object] = {}
+        self._priority: Priority | None = None
 
     @workflow.signal
     def record_saved(self, signal: RecordSaved) -> None:
@@ -205,6 +209,7 @@ class LinkWorkflow:
                 start_to_close_timeout=REMOTE_ACTIVITY_START_TO_CLOSE,
                 retry_policy=REMOTE_RETRY,
                 summary="claim, POST and finalize the pending create",
+                priority=await self._remote_priority(),
             )
         )
 
@@ -216,8 +221,26 @@ class LinkWorkflow:
                 start_to_close_timeout=REMOTE_ACTIVITY_START_TO_CLOSE,
                 retry_policy=REMOTE_RETRY,
                 summary="gate, build and send the queued PATCH",
+                priority=await self._remote_priority(),
             )
         )
+
+    async def _remote_priority(self) -> Priority:
+        """The remote budget's fairness key (PROF-3), resolved once per run from Postgres."""
+        if self._priority is None:
+            self._priority = Priority.default
+            if workflow.patched(REMOTE_BUDGET_PRIORITY):
+                budget = await workflow.execute_local_activity_method(
+                    RateLimitActivities.remote_budget,
+                    RemoteBudgetInput(link_key=self._state.link_key),
+                    start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
+                    retry_policy=LOCAL_RETRY,
+                    summary="which remote rate-limit budget this link spends",
+                )
+                self._priority = Priority(
+                    fairness_key=budget.fairness_key, fairness_weight=budget.fairness_weight
+                )
+        return self._priority
 
     async def _mirror(self, view: LinkView) -> StepResult:
         assert view.attempt_id is not None

@@ -27,6 +27,8 @@ class TemporalDevConfig(_Strict):
     sqlite_pragmas: dict[str, str]
     log_level: str
     search_attributes: dict[str, SearchAttributeType]
+    # `--dynamic-config-value KEY=VALUE` flags (values as the server parses them).
+    dynamic_config: dict[str, str] = {}
 
     @property
     def address(self) -> str:

@@ -80,6 +80,8 @@ class TemporalDevServer:
                 args += ["--sqlite-pragma", f"{pragma}={value}"]
         for name, kind in cfg.search_attributes.items():
             args += ["--search-attribute", f"{name}={kind}"]
+        for key, value in cfg.dynamic_config.items():
+            args += ["--dynamic-config-value", f"{key}={value}"]
         return args + self.extra_args
 
     def start(self) -> None:

@@ -1,0 +1,90 @@
+"""Remote request budgets (SPEC PROF-3): which budget a request spends, and how fast.
+
+A budget is one credential on one remote scope: HubSpot counts its burst window
+per app and account, whichever profile or process sends. Its key is a short
+hash (no credential reference leaves Postgres in clear). The budget's rate is
+the smallest `rateLimit` declared by a profile that spends it; a budget no
+profile limits has no rate and its requests carry no key.
+
+Enforcement is Temporal's (task-queue fairness keys); these functions only
+decide the numbers, so they are pure and tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict
+
+from protocol.identity import hash_parts
+from protocol.manifest import PackManifest
+
+BUDGET_KEY_PREFIX: Final = "rb1_"
+BUDGET_KEY_DOMAIN: Final = b"connector-push/remote-budget/v1\x00"
+# Temporal's fairness limiter admits a short burst on top of its rate (measured on the
+# dev server: a key limited to 10/s ran up to 10.3 tasks in a 10 s window per second of
+# rate); pacing a little below the declared limit keeps every rolling window inside it.
+HEADROOM: Final = 0.85
+
+
+class RemoteBudget(BaseModel):
+    """A budget's fairness key and its pacing rate in requests per second (None: unlimited)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    per_second: float | None = None
+
+
+def budget_key(remote_scope: str, credential_ref: str) -> str:
+    """The fairness key of one credential on one remote scope (at most 64 bytes)."""
+    return BUDGET_KEY_PREFIX + hash_parts(BUDGET_KEY_DOMAIN, (remote_scope, credential_ref))[:40]
+
+
+def budget_rates(manifests: Iterable[PackManifest]) -> dict[str, float]:
+    """Every limited budget's declared rate (requests/s), the smallest where profiles differ."""
+    rates: dict[str, float] = {}
+    for manifest in manifests:
+        for destination in manifest.destination_slots:
+            profile = manifest.profile(destination.profile)
+            if profile is None or profile.rate_limit is None:
+                continue
+            key = budget_key(destination.remote_scope, profile.credential_ref)
+            rate = profile.rate_limit.per_second
+            rates[key] = min(rate, rates.get(key, rate))
+    return rates
+
+
+def destination_budget(
+    manifests: Iterable[PackManifest], manifest: PackManifest, destination_slot_id: str
+) -> RemoteBudget | None:
+    """The budget a destination spends, rated across every manifest in `manifests`."""
+    destination = manifest.destination_slot(destination_slot_id)
+    profile = manifest.profile(destination.profile) if destination else None
+    if destination is None or profile is None:
+        return None
+    key = budget_key(destination.remote_scope, profile.credential_ref)
+    return RemoteBudget(key=key, per_second=budget_rates(manifests).get(key))
+
+
+class RemoteBudgetInput(BaseModel):
+    """Which budget the link's remote requests spend."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    link_key: str
+
+
+class RemoteBudgetResult(BaseModel):
+    """The fairness key and weight to schedule remote activities with; None: no limit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fairness_key: str | None = None
+    fairness_weight: float | None = None
+
+
+def fairness_weight(per_second: float, default_per_second: float) -> float:
+    """The weight that scales a key's default rate limit down to the budget's pace."""
+    return per_second * HEADROOM / default_per_second

@@ -1,0 +1,89 @@
+"""Remote budgets (SPEC PROF-3): which key a destination spends and at what rate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from protocol.manifest import ManifestInvalid
+from protocol.rate_limit import (
+    HEADROOM,
+    budget_key,
+    budget_rates,
+    destination_budget,
+    fairness_weight,
+)
+from tests.unit.factories import demo_manifest
+
+
+def _limit(profile: int, requests: int, per_seconds: float = 10) -> Any:
+    def mutate(doc: dict[str, Any]) -> None:
+        for p in doc["profiles"]:
+            p.pop("rateLimit", None)
+        doc["profiles"][profile]["rateLimit"] = {"requests": requests, "perSeconds": per_seconds}
+
+    return mutate
+
+
+def test_the_demo_profiles_share_one_budget_at_the_declared_rate() -> None:
+    manifest = demo_manifest()
+    budgets = {
+        d.id: destination_budget([manifest], manifest, d.id) for d in manifest.destination_slots
+    }
+
+    keys = {b.key for b in budgets.values() if b is not None}
+    assert keys == {budget_key("sandbox-portal", "env:SANDBOX_TOKEN")}
+    # Only one profile declares the limit; the others spend the same credential.
+    assert {b.per_second for b in budgets.values() if b is not None} == {10.0}
+
+
+def test_the_smallest_declared_limit_wins_for_a_shared_budget() -> None:
+    manifest = demo_manifest(_limit(0, 100))
+    other = demo_manifest(_limit(1, 20)).model_copy(update={"connector_owner_key": "other"})
+
+    assert budget_rates([manifest, other]) == {
+        budget_key("sandbox-portal", "env:SANDBOX_TOKEN"): 2.0
+    }
+
+
+def test_a_budget_no_profile_limits_has_no_rate() -> None:
+    def unlimited(doc: dict[str, Any]) -> None:
+        for p in doc["profiles"]:
+            p.pop("rateLimit", None)
+
+    manifest = demo_manifest(unlimited)
+    budget = destination_budget([manifest], manifest, "remote-deals")
+
+    assert budget is not None and budget.per_second is None
+    assert destination_budget([manifest], manifest, "no-such-slot") is None
+
+
+def test_keys_differ_by_scope_and_credential_and_fit_temporal() -> None:
+    key = budget_key("portal-1", "env:A")
+
+    assert key != budget_key("portal-2", "env:A") != budget_key("portal-1", "env:B")
+    assert "env:A" not in key and len(key.encode()) <= 64  # Temporal's fairness-key bound
+
+
+def test_the_weight_paces_below_the_declared_rate() -> None:
+    assert fairness_weight(10.0, 1000.0) == pytest.approx(10.0 * HEADROOM / 1000.0)
+    assert HEADROOM < 1
+
+
+@pytest.mark.parametrize(
+    ("rate_limit", "message"),
+    [
+        ({"requests": 0, "perSeconds": 10}, "profiles[0].rateLimit.requests"),
+        ({"requests": 10, "perSeconds": 0}, "profiles[0].rateLimit.perSeconds"),
+        ({"requests": 10}, "profiles[0].rateLimit.perSeconds"),
+        ({"requests": 10, "perSeconds": 10, "burst": 5}, "profiles[0].rateLimit.burst"),
+    ],
+)
+def test_an_invalid_rate_limit_names_the_field(rate_limit: dict[str, Any], message: str) -> None:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["profiles"][0]["rateLimit"] = rate_limit
+
+    with pytest.raises(ManifestInvalid) as info:
+        demo_manifest(mutate)
+    assert message in str(info.value)
