@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 import asyncpg
 import httpx
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.hooks import DispatchHooks
+from cli.stack.devconfig import load_dev_config
+from cli.stack.process import free_port
+from cli.stack.temporal import TemporalDevServer
+from sandbox.client import SandboxClient
 from tests.e2e.conftest import Stack
 from worker.runtime import build_worker, remote_http_client
 
@@ -90,3 +97,42 @@ class Rig:
         await self.stack.close()
         while self.running:
             await self.stop_worker()
+
+
+@contextlib.contextmanager
+def private_temporal(
+    workdir: Path, extra_args: list[str] | None = None
+) -> Iterator[TemporalDevServer]:
+    """A Temporal dev server of the test's own (the session's server is shared), e.g.
+    to stop it or to start it with other dynamic config."""
+    base = load_dev_config().temporal
+    config = base.model_copy(update={"frontend_port": free_port(), "ui_port": free_port()})
+    server = TemporalDevServer(
+        config=config,
+        db_file=workdir / "temporal.sqlite",
+        ui=False,
+        log_path=workdir / "log",
+        extra_args=extra_args or [],
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.asynccontextmanager
+async def rig_on(
+    server: TemporalDevServer, pool: asyncpg.Pool, sandbox: SandboxClient, prefix: str
+) -> AsyncIterator[Rig]:
+    """A `Rig` whose workers and client talk to `server` on a task queue of its own."""
+    await server.wait_ready()
+    client = await Client.connect(
+        server.address, namespace=server.config.namespace, data_converter=pydantic_data_converter
+    )
+    task_queue = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    rig = Rig(Stack(pool, client, task_queue, sandbox), client, pool, task_queue)
+    try:
+        yield rig
+    finally:
+        await rig.close()

@@ -9,7 +9,6 @@ looked at the suggestion (one run reached 1,703 events, suggested at 63).
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -19,15 +18,12 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
-from cli.stack.devconfig import load_dev_config
-from cli.stack.process import free_port
 from cli.stack.temporal import TemporalDevServer
 from sandbox.client import SandboxClient
 from sandbox.server import BackgroundSandbox
-from tests.e2e.conftest import Stack, contact_key
-from tests.e2e.rig import Rig
+from tests.e2e.conftest import contact_key
+from tests.e2e.rig import Rig, private_temporal, rig_on
 from tests.e2e.support import eventually
 from worker.crm import workflow_id
 
@@ -40,41 +36,17 @@ STEP_EVENTS = 60
 
 @pytest.fixture
 def small_history_temporal(tmp_path: Path) -> Iterator[TemporalDevServer]:
-    base = load_dev_config().temporal
-    config = base.model_copy(update={"frontend_port": free_port(), "ui_port": free_port()})
-    server = TemporalDevServer(
-        config=config,
-        db_file=tmp_path / "temporal.sqlite",
-        ui=False,
-        log_path=tmp_path / "log",
-        extra_args=[
-            "--dynamic-config-value",
-            f"limit.historyCount.suggestContinueAsNew={THRESHOLD}",
-        ],
-    )
-    server.start()
-    try:
+    suggest = f"limit.historyCount.suggestContinueAsNew={THRESHOLD}"
+    with private_temporal(tmp_path, ["--dynamic-config-value", suggest]) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 async def small_rig(
     small_history_temporal: TemporalDevServer, demo_db: asyncpg.Pool, sandbox: SandboxClient
 ) -> AsyncIterator[Rig]:
-    await small_history_temporal.wait_ready()
-    client = await Client.connect(
-        small_history_temporal.address,
-        namespace=small_history_temporal.config.namespace,
-        data_converter=pydantic_data_converter,
-    )
-    task_queue = f"bounded-{uuid.uuid4().hex[:8]}"
-    rig = Rig(Stack(demo_db, client, task_queue, sandbox), client, demo_db, task_queue)
-    try:
+    async with rig_on(small_history_temporal, demo_db, sandbox, "bounded") as rig:
         yield rig
-    finally:
-        await rig.close()
 
 
 async def _runs(client: Client, key: str) -> list[list[HistoryEvent]]:

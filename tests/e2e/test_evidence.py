@@ -320,52 +320,50 @@ async def test_revalidate_is_refused_for_a_deleted_remote_object(stack: Stack) -
 # -- problem 4: one remote object, one link -----------------------------------------------
 
 
-async def test_reconcile_refuses_a_non_canonical_id_and_names_the_owner(stack: Stack) -> None:
-    await stack.push("c-002")
-    owner = await _status(stack, contact_key("c-002"), "finalized")
-    owned = owner["remote_id"]
+async def _ambiguous_company(stack: Stack) -> str:
+    """a-002 (primary contact c-002, linked first) parked ambiguous by a lost answer."""
     await stack.sandbox.add_fault(
         FaultRuleSpec(method="POST", path=COMPANIES, action="reset_after_effect", nth=1)
     )
     await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
     key = company_key("a-002")
     await _status(stack, key, "ambiguous_remote_effect")
-    handle = stack.handle(key)
-    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.needs_operator)
+    await eventually(
+        lambda: stack.handle(key).query(LinkWorkflow.state), lambda v: v.needs_operator
+    )
+    return key
+
+
+async def _refused_reconcile(stack: Stack, key: str, remote_id: str) -> str:
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await stack.handle(key).execute_update(
+            LinkWorkflow.reconcile,
+            ReconcileInput(operator="ops", reason="r", remote_id=remote_id, evidence="e"),
+        )
+    return _refusal(refused.value)
+
+
+async def test_reconcile_refuses_a_non_canonical_id(stack: Stack) -> None:
+    await stack.push("c-002")
+    owned = (await _status(stack, contact_key("c-002"), "finalized"))["remote_id"]
+    key = await _ambiguous_company(stack)
     for bad in (f" {owned}", f"{owned}\n", f"{owned}\u200b"):
-        with pytest.raises(WorkflowUpdateFailedError) as refused:
-            await handle.execute_update(
-                LinkWorkflow.reconcile,
-                ReconcileInput(operator="ops", reason="r", remote_id=bad, evidence="e"),
-            )
-        message = _refusal(refused.value)
+        message = await _refused_reconcile(stack, key, bad)
         assert "not reconciled" in message and "nothing changed" in message, message
     attempt = await stack.attempt(key)
     assert attempt["status"] == "ambiguous_remote_effect" and attempt["remote_id"] is None
 
 
 async def test_reconcile_to_an_id_another_link_owns_names_it(stack: Stack) -> None:
-    """ID-4 across destinations is per destination: a company reconciled to the id of
-    another company link is refused, and the refusal names that link."""
+    """ID-4 is per destination: a company reconciled to the id another company link owns
+    (as given, or with a space in front) is refused, and the refusal names that link."""
     for contact in ("c-001", "c-002"):  # the companies' primary contacts (LANE-2)
         await stack.push(contact)
         await _status(stack, contact_key(contact), "finalized")
     await stack.push("a-001", slot="push-company", obj="Account", dest="remote-companies")
-    first = await _status(stack, company_key("a-001"), "finalized")
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="POST", path=COMPANIES, action="reset_after_effect", nth=1)
-    )
-    await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
-    key = company_key("a-002")
-    await _status(stack, key, "ambiguous_remote_effect")
-    handle = stack.handle(key)
-    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.needs_operator)
-    for candidate in (first["remote_id"], f" {first['remote_id']}"):
-        with pytest.raises(WorkflowUpdateFailedError) as refused:
-            await handle.execute_update(
-                LinkWorkflow.reconcile,
-                ReconcileInput(operator="ops", reason="r", remote_id=candidate, evidence="e"),
-            )
-        assert company_key("a-001") in _refusal(refused.value)
+    owned = (await _status(stack, company_key("a-001"), "finalized"))["remote_id"]
+    key = await _ambiguous_company(stack)
+    for candidate in (owned, f" {owned}"):
+        assert company_key("a-001") in await _refused_reconcile(stack, key, candidate)
     attempt = await stack.attempt(key)
     assert attempt["status"] == "ambiguous_remote_effect"

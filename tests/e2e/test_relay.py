@@ -16,17 +16,14 @@ from pathlib import Path
 import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.stack.devconfig import load_dev_config
-from cli.stack.process import free_port
 from cli.stack.temporal import TemporalDevServer
 from protocol.admission import AdmissionDecision, CreateReserved, SaveRequest
 from protocol.relay import RelayInput, RelayResult
 from sandbox.client import SandboxClient
 from tests.e2e.conftest import OWNER, Stack, contact_key, deal_key
-from tests.e2e.rig import Rig
+from tests.e2e.rig import Rig, private_temporal, rig_on
 from tests.e2e.support import eventually
 from worker.crm import report_save, workflow_id
 from worker.schedules import ensure_relay_schedule, relay_schedule_id
@@ -133,43 +130,24 @@ async def test_relay_schedule_is_created_idempotently_and_dispatches(stack: Stac
 
 
 @pytest.fixture
-def private_temporal(tmp_path: Path) -> Iterator[TemporalDevServer]:
-    """A Temporal dev server of this test's own (the session's server is shared)."""
-    base = load_dev_config().temporal
-    config = base.model_copy(update={"frontend_port": free_port(), "ui_port": free_port()})
-    server = TemporalDevServer(
-        config=config, db_file=tmp_path / "temporal.sqlite", ui=False, log_path=tmp_path / "log"
-    )
-    server.start()
-    try:
+def outage_temporal(tmp_path: Path) -> Iterator[TemporalDevServer]:
+    with private_temporal(tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 async def outage_rig(
-    private_temporal: TemporalDevServer, demo_db: asyncpg.Pool, sandbox: SandboxClient
+    outage_temporal: TemporalDevServer, demo_db: asyncpg.Pool, sandbox: SandboxClient
 ) -> AsyncIterator[Rig]:
-    await private_temporal.wait_ready()
-    client = await Client.connect(
-        private_temporal.address,
-        namespace=private_temporal.config.namespace,
-        data_converter=pydantic_data_converter,
-    )
-    task_queue = f"outage-{uuid.uuid4().hex[:8]}"
-    rig = Rig(Stack(demo_db, client, task_queue, sandbox), client, demo_db, task_queue)
-    try:
+    async with rig_on(outage_temporal, demo_db, sandbox, "outage") as rig:
         yield rig
-    finally:
-        await rig.close()
 
 
 async def test_saves_admitted_during_a_temporal_outage_are_dispatched_once_after_it(
-    outage_rig: Rig, private_temporal: TemporalDevServer
+    outage_rig: Rig, outage_temporal: TemporalDevServer
 ) -> None:
     rig, stack = outage_rig, outage_rig.stack
-    private_temporal.stop()
+    outage_temporal.stop()
     records = [("c-001", "push-contact", "Contact"), ("o-001", "push-deal", "Opportunity")]
     saves = [_save(r, slot, obj) for r, slot, obj in records]
     decisions = await asyncio.gather(
@@ -179,8 +157,8 @@ async def test_saves_admitted_during_a_temporal_outage_are_dispatched_once_after
     keys = [contact_key("c-001"), deal_key("o-001")]
     stack.touched.update(keys)
 
-    private_temporal.start()
-    await private_temporal.wait_ready()
+    outage_temporal.start()
+    await outage_temporal.wait_ready()
     await rig.start_worker()
     for key in keys:
         assert (await stack.attempt(key))["status"] == "pending"

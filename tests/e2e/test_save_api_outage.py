@@ -15,9 +15,9 @@ from tests.e2e.conftest import contact_key, deal_key
 from tests.e2e.rig import Rig
 from tests.e2e.save_api_support import AUTH, save_body, save_server
 from tests.e2e.support import eventually
-from tests.e2e.test_relay import _creates, _relay, outage_rig, private_temporal
+from tests.e2e.test_relay import _creates, _relay, outage_rig, outage_temporal
 
-__all__ = ["outage_rig", "private_temporal"]
+__all__ = ["outage_rig", "outage_temporal"]
 
 
 def _cli_save(dsn: str, rig: Rig, address: str, record_id: str) -> subprocess.CompletedProcess[str]:
@@ -44,14 +44,14 @@ def _cli_save(dsn: str, rig: Rig, address: str, record_id: str) -> subprocess.Co
 
 
 async def test_save_command_and_http_api_admit_while_temporal_is_down(
-    outage_rig: Rig, private_temporal: TemporalDevServer, db_dsn: str
+    outage_rig: Rig, outage_temporal: TemporalDevServer, db_dsn: str
 ) -> None:
     rig, stack = outage_rig, outage_rig.stack
     keys = [contact_key("c-001"), deal_key("o-001")]
     stack.touched.update(keys)
-    private_temporal.stop()
+    outage_temporal.stop()
 
-    done = await asyncio.to_thread(_cli_save, db_dsn, rig, private_temporal.address, "c-001")
+    done = await asyncio.to_thread(_cli_save, db_dsn, rig, outage_temporal.address, "c-001")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "deferred" in done.stderr
     assert json.loads(done.stdout)["kind"] == "create_reserved"
@@ -68,8 +68,8 @@ async def test_save_command_and_http_api_admit_while_temporal_is_down(
     for key in keys:
         assert (await stack.attempt(key))["status"] == "pending"
 
-    private_temporal.start()
-    await private_temporal.wait_ready()
+    outage_temporal.start()
+    await outage_temporal.wait_ready()
     await rig.start_worker()
     assert (await _relay(stack)).woken == 2
     for key in keys:
