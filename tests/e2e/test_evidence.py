@@ -184,7 +184,9 @@ async def test_a_429_on_a_plain_profile_is_resent_after_retry_after(stack: Stack
     assert len(await stack.sandbox.ledger(object_type="companies", kind="create")) == 1
     parked = [
         wf.id
-        async for wf in stack.client.list_workflows(f'NeedsOperator = true AND LinkKey = "{key}"')
+        async for wf in stack.client.list_workflows(
+            f'NeedsOperator = true AND ExecutionStatus = "Running" AND LinkKey = "{key}"'
+        )
     ]
     assert parked == []
 
