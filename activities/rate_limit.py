@@ -10,6 +10,9 @@ budget's weight brings its key down to its own pace. Measured on the dev server
 
 from __future__ import annotations
 
+import time
+from typing import Final
+
 import asyncpg
 from temporalio import activity
 from temporalio.api.enums.v1 import TaskQueueType
@@ -23,10 +26,13 @@ from db.records import Conn
 from protocol.rate_limit import (
     RemoteBudgetInput,
     RemoteBudgetResult,
+    budget_key,
     budget_rates,
+    budget_result,
     destination_budget,
     fairness_weight,
 )
+from protocol.snapshots import CreateRequestSnapshot
 
 # Requests/s of a key at weight 1: keyless activities share the "" key at this rate.
 FAIRNESS_DEFAULT_PER_SECOND = 1000.0
@@ -57,6 +63,29 @@ async def _remote_budget(conn: Conn, link_key: str) -> RemoteBudgetResult:
         return RemoteBudgetResult()
     weight = fairness_weight(budget.per_second, FAIRNESS_DEFAULT_PER_SECOND)
     return RemoteBudgetResult(fairness_key=budget.key, fairness_weight=weight)
+
+
+# Declared rates of the active packs, re-read at most this often per process: a wake-up
+# costs no Postgres round trip (P2), and a pack's new limit applies within the interval.
+RATES_TTL_S: Final = 10.0
+_rates: tuple[float, dict[str, float]] | None = None
+
+
+async def _cached_rates(pool: asyncpg.Pool) -> dict[str, float]:
+    global _rates
+    now = time.monotonic()
+    if _rates is None or _rates[0] < now:
+        _rates = (now + RATES_TTL_S, await current_budget_rates(pool))
+    return _rates[1]
+
+
+async def reservation_budget(
+    pool: asyncpg.Pool, request: CreateRequestSnapshot
+) -> RemoteBudgetResult:
+    """The budget a reserved create spends, from its frozen credential and scope (PROF-3),
+    so the CRM entry can start the link's workflow already paced."""
+    key = budget_key(request.remote_scope, request.profile.credential_ref)
+    return budget_result(key, await _cached_rates(pool), FAIRNESS_DEFAULT_PER_SECOND)
 
 
 async def current_budget_rates(pool: asyncpg.Pool) -> dict[str, float]:

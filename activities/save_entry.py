@@ -21,6 +21,7 @@ import asyncpg
 from temporalio.client import Client
 
 from activities.admission import admit_locked, admit_save
+from activities.rate_limit import reservation_budget
 from activities.wake import wake_link
 from db import links as links_q
 from db import save_api as q
@@ -35,6 +36,7 @@ from protocol.admission import (
 )
 from protocol.errors import RejectReason
 from protocol.identity import InvalidIdentityPart, link_key
+from protocol.rate_limit import RemoteBudgetResult
 
 log = logging.getLogger(__name__)
 
@@ -80,22 +82,38 @@ async def admit_one(pool: asyncpg.Pool, save: SaveRequest) -> AdmissionDecision:
     )
 
 
+async def _budget(
+    pool: asyncpg.Pool | None, decision: AdmissionDecision
+) -> RemoteBudgetResult | None:
+    """PROF-3: the reservation's budget (cached rates); None: the workflow looks it up."""
+    if pool is None or not isinstance(decision, CreateReserved | DeferredAssociationReserved):
+        return None
+    try:
+        return await reservation_budget(pool, decision.reservation.request)
+    except (asyncpg.PostgresError, OSError):
+        return None
+
+
 async def wake_best_effort(
     client: Client | None,
     task_queue: str,
     decision: AdmissionDecision,
     save_id: str | None = None,
     timeout_s: float = WAKE_TIMEOUT_S,
+    *,
+    pool: asyncpg.Pool | None = None,
 ) -> WakeStatus:
-    """Wake the decision's workflow if it has work; never raises for Temporal's sake."""
+    """Wake the decision's workflow if it has work; never raises for Temporal's sake.
+    With `pool`, a reserved create's workflow starts already paced by its budget."""
     key = decision_link_key(decision)
     if key is None or not wakes_workflow(decision):
         return WakeStatus.NOT_NEEDED
     if client is None:
         return WakeStatus.DEFERRED
+    budget = await _budget(pool, decision)
     try:
         async with asyncio.timeout(timeout_s):
-            await wake_link(client, task_queue, key, save_id)
+            await wake_link(client, task_queue, key, save_id, budget)
     except Exception as error:  # Temporal down or slow: the relay signals the link later
         log.warning(
             "wake-up deferred to the relay: %s", type(error).__name__, extra={"link_key": key}

@@ -15,16 +15,24 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from protocol.identity import LINK_WORKFLOW_TYPE, link_workflow_id
 from protocol.messages import LinkWorkflowInput, RecordSaved
+from protocol.rate_limit import RemoteBudgetResult
 
 RECORD_SAVED_SIGNAL: Final = "record_saved"
 
 
-async def wake_link(client: Client, task_queue: str, link_key: str, save_id: str | None) -> None:
+async def wake_link(
+    client: Client,
+    task_queue: str,
+    link_key: str,
+    save_id: str | None,
+    budget: RemoteBudgetResult | None = None,
+) -> None:
     """Signal-with-start `record_saved`: the signal only says "look for work"; a running
-    workflow gets a signal, a closed one is started fresh and reloads from Postgres."""
+    workflow gets a signal, a closed one is started fresh and reloads from Postgres
+    (paced by `budget` when the caller knows it, PROF-3)."""
     await client.start_workflow(
         LINK_WORKFLOW_TYPE,
-        LinkWorkflowInput(link_key=link_key),
+        LinkWorkflowInput(link_key=link_key, budget=budget),
         id=link_workflow_id(link_key),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

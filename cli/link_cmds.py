@@ -39,7 +39,7 @@ async def _save(dsn: str, save: SaveRequest) -> SaveOutcome:
         client = await connect_best_effort(settings)
         if client is None:
             return outcome
-        wake = await wake_best_effort(client, settings.task_queue, outcome.decision)
+        wake = await wake_best_effort(client, settings.task_queue, outcome.decision, pool=pool)
         if wake is WakeStatus.DEFERRED:
             warn_deferred()
         return SaveOutcome(outcome.decision, wake)

@@ -181,7 +181,8 @@ async def _report(run: Run, record_id: str, tally: Tally) -> None:
         tally.observed_active += 1
     else:
         tally.admitted_keys.append(run.target.key(record_id))
-    if await wake_best_effort(run.client, run.task_queue, decision) is WakeStatus.DEFERRED:
+    wake = await wake_best_effort(run.client, run.task_queue, decision, pool=run.pool)
+    if wake is WakeStatus.DEFERRED:
         tally.wake_deferred += 1
 
 

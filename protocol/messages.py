@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from protocol.rate_limit import RemoteBudgetResult
 from protocol.states import AttemptStatus, LinkStatus, PatchStatus
 
 
@@ -22,15 +23,20 @@ class Message(BaseModel):
 
 
 class LinkWorkflowState(Message):
-    """What a run carries into continue-as-new: only the key; Postgres holds the rest."""
+    """What a run carries into continue-as-new: only the key (and the remote budget it
+    was paced with); Postgres holds the rest."""
 
     link_key: str
     runs: int = 0
+    budget: RemoteBudgetResult | None = None
 
 
 class LinkWorkflowInput(Message):
     link_key: str
     state: LinkWorkflowState | None = None
+    # PROF-3: the remote budget, when the starter knew it (the CRM entry does, from the
+    # reservation); otherwise the run looks it up once before its first remote step.
+    budget: RemoteBudgetResult | None = None
 
 
 class LinkWorkflowResult(Message):

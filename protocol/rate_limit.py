@@ -85,6 +85,17 @@ class RemoteBudgetResult(BaseModel):
     fairness_weight: float | None = None
 
 
+def budget_result(
+    key: str, rates: dict[str, float], default_per_second: float
+) -> RemoteBudgetResult:
+    """The fairness key and weight for budget `key` under `rates`; no key when unlimited."""
+    per_second = rates.get(key)
+    if per_second is None:
+        return RemoteBudgetResult()
+    weight = fairness_weight(per_second, default_per_second)
+    return RemoteBudgetResult(fairness_key=key, fairness_weight=weight)
+
+
 def fairness_weight(per_second: float, default_per_second: float) -> float:
     """The weight that scales a key's default rate limit down to the budget's pace."""
     return per_second * HEADROOM / default_per_second

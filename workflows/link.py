@@ -53,7 +53,7 @@ from protocol.messages import (
     SupersedeInput,
 )
 from protocol.operator import OperatorAction, check_operator_action
-from protocol.rate_limit import RemoteBudgetInput
+from protocol.rate_limit import RemoteBudgetInput, RemoteBudgetResult
 from protocol.states import AttemptStatus
 from protocol.timeouts import LOCAL_ACTIVITY_START_TO_CLOSE, REMOTE_ACTIVITY_START_TO_CLOSE
 from workflows import search_attributes as sa
@@ -90,7 +90,10 @@ class LinkWorkflow:
         self._wake = True
         self._evidence: list[RemoteEvidence] = []
         self._published: dict[str, object] = {}
-        self._priority: Priority | None = None
+        # PROF-3: known from the start input (or the previous run), else looked up once.
+        budget = input.budget or (input.state.budget if input.state else None)
+        self._budget: RemoteBudgetResult | None = budget
+        self._priority: Priority | None = _priority_of(budget) if budget else None
 
     @workflow.signal
     def record_saved(self, signal: RecordSaved) -> None:
@@ -226,20 +229,19 @@ class LinkWorkflow:
         )
 
     async def _remote_priority(self) -> Priority:
-        """The remote budget's fairness key (PROF-3), resolved once per run from Postgres."""
+        """The remote budget's fairness key (PROF-3): from the start input when the starter
+        knew it, else resolved once per run from Postgres."""
         if self._priority is None:
             self._priority = Priority.default
             if workflow.patched(REMOTE_BUDGET_PRIORITY):
-                budget = await workflow.execute_local_activity_method(
+                self._budget = await workflow.execute_local_activity_method(
                     RateLimitActivities.remote_budget,
                     RemoteBudgetInput(link_key=self._state.link_key),
                     start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
                     retry_policy=LOCAL_RETRY,
                     summary="which remote rate-limit budget this link spends",
                 )
-                self._priority = Priority(
-                    fairness_key=budget.fairness_key, fairness_weight=budget.fairness_weight
-                )
+                self._priority = _priority_of(self._budget)
         return self._priority
 
     async def _mirror(self, view: LinkView) -> StepResult:
@@ -301,7 +303,7 @@ class LinkWorkflow:
         workflow.set_current_details(_details_markdown(view))
 
     def _next_state(self) -> LinkWorkflowState:
-        return self._state.model_copy(update={"runs": self._state.runs + 1})
+        return self._state.model_copy(update={"runs": self._state.runs + 1, "budget": self._budget})
 
     # -- operator updates (WF-3) ------------------------------------------------
 
@@ -384,6 +386,10 @@ class LinkWorkflow:
     @revalidate.validator
     def _validate_revalidate(self, request: RevalidateInput) -> None:
         self._validate(OperatorAction.REVALIDATE)
+
+
+def _priority_of(budget: RemoteBudgetResult) -> Priority:
+    return Priority(fairness_key=budget.fairness_key, fairness_weight=budget.fairness_weight)
 
 
 def _updates(view: LinkView) -> list[SearchAttributeUpdate[Any]]:

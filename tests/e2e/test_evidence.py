@@ -17,12 +17,18 @@ import asyncpg
 import httpx
 import pytest
 import yaml
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
 from activities.packs import apply_pack
 from db import journal as jq
 from protocol.admission import CreateReserved, PatchQueued
-from protocol.messages import ReconcileInput, RevalidateInput, SupersedeInput
+from protocol.messages import (
+    LinkWorkflowInput,
+    ReconcileInput,
+    RevalidateInput,
+    SupersedeInput,
+)
 from sandbox.client import SandboxClient
 from sandbox.config import SandboxConfig
 from sandbox.faults import FaultRuleSpec
@@ -369,3 +375,28 @@ async def test_reconcile_to_an_id_another_link_owns_names_it(stack: Stack) -> No
         assert company_key("a-001") in await _refused_reconcile(stack, key, candidate)
     attempt = await stack.attempt(key)
     assert attempt["status"] == "ambiguous_remote_effect"
+
+
+# -- PROF-3 without a Postgres round trip per run ---------------------------------------
+
+
+async def test_the_crm_entry_starts_the_workflow_already_paced(stack: Stack) -> None:
+    """The demo pack limits its credential (rateLimit): the CRM entry computes the
+    reservation's budget from cached rates and passes it in the start input, so the run
+    needs no budget look-up (no extra transaction per create, bench P2)."""
+    await stack.push("c-001")
+    key = contact_key("c-001")
+    await _status(stack, key, "finalized")
+    events = [e async for e in stack.handle(key).fetch_history_events()]
+    started = events[0].workflow_execution_started_event_attributes
+    [payload] = started.input.payloads
+    given = LinkWorkflowInput.model_validate_json(payload.data)
+    assert given.budget is not None and (given.budget.fairness_key or "").startswith("rb1_")
+    markers = [e for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+    assert markers == [], "no local budget look-up in a run the CRM entry started"
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled[0].priority.fairness_key == given.budget.fairness_key
