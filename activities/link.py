@@ -339,6 +339,10 @@ class LinkActivities(LinkActivityBase):
         async with self._pool.acquire() as conn:
             try:
                 async with conn.transaction():
+                    # The link key's lock, like admission: otherwise an admission could read
+                    # "no link" before this commits and "attempt finalized, slot free" after
+                    # it (READ COMMITTED, statement by statement) and reserve a second create.
+                    await q.lock_link_key(conn, key)
                     await record_try(conn, sent.journal_id, obs)
                     kind = await finalize_with_mirror(
                         conn, sent.attempt_id, sent.token, remote_id, response

@@ -94,8 +94,20 @@ class LinkView(Message):
 
     @property
     def needs_operator(self) -> bool:
+        """A parked attempt or a suspended link. The LinkWorkflow also lists a link whose
+        newest PATCH has an unknown outcome (`patch_outcome_unknown`)."""
         parked = {AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, AttemptStatus.TERMINAL_FAILED}
         return self.attempt_status in parked or self.link_status is LinkStatus.SUSPENDED_DRIFT
+
+    @property
+    def patch_outcome_unknown(self) -> bool:
+        """The newest PATCH may or may not have landed: the remote may not hold the record's
+        latest state until the next save's PATCH (always the full state) converges it."""
+        return (
+            self.link_status is LinkStatus.FINALIZED
+            and self.last_patch_status is PatchStatus.AMBIGUOUS_REMOTE_EFFECT
+            and not self.pending_patches
+        )
 
 
 class StepResult(Message):

@@ -64,6 +64,7 @@ MAX_STEPS_PER_WAKE = 20
 # workflow.patched ids: histories recorded before a change keep replaying.
 PARKED_STAYS_OPEN = "parked-link-stays-open"
 BOUNDED_RUNS = "bounded-runs"
+VISIBLE_PATCH_AMBIGUITY = "visible-patch-ambiguity"
 REMOTE_BUDGET_PRIORITY = "remote-budget-priority"
 
 REMOTE_RETRY = RetryPolicy(
@@ -90,6 +91,7 @@ class LinkWorkflow:
         self._wake = True
         self._evidence: list[RemoteEvidence] = []
         self._published: dict[str, object] = {}
+        self._parked = False  # what NeedsOperator says (see _needs_operator)
         # PROF-3: known from the start input (or the previous run), else looked up once.
         budget = input.budget or (input.state.budget if input.state else None)
         self._budget: RemoteBudgetResult | None = budget
@@ -125,7 +127,7 @@ class LinkWorkflow:
 
     async def _wait_for_work(self) -> bool:
         """True when woken (signal, or the LANE-2 re-check); False after an idle period."""
-        if self._view.needs_operator and workflow.patched(PARKED_STAYS_OPEN):
+        if self._parked and workflow.patched(PARKED_STAYS_OPEN):
             # A parked link waits for its operator with no idle timeout, so the UI query
             # `NeedsOperator = true AND ExecutionStatus = "Running"` lists exactly the
             # links that need a person (a closed run's search attributes never change).
@@ -284,10 +286,18 @@ class LinkWorkflow:
             summary="retries exhausted: park durably for an operator",
         )
 
+    def _needs_operator(self, view: LinkView) -> bool:
+        """A parked attempt, a suspended link, or a PATCH whose outcome is unknown (the
+        remote may lag the record until a save converges it): listed for an operator."""
+        if view.needs_operator:
+            return True
+        return view.patch_outcome_unknown and workflow.patched(VISIBLE_PATCH_AMBIGUITY)
+
     def _publish(self, view: LinkView) -> None:
         """Keep the query, the UI details and the WF-4 search attributes current."""
         self._view = view
         self._loaded = True
+        self._parked = self._needs_operator(view)
         wanted: dict[str, object] = {
             sa.LINK_KEY.name: view.link_key,
             sa.CONNECTOR_OWNER_KEY.name: view.connector_owner_key,
@@ -295,12 +305,12 @@ class LinkWorkflow:
             sa.SOURCE_OBJECT.name: view.source_object,
             sa.LINK_STATE.name: view.link_status.value if view.link_status else None,
             sa.ATTEMPT_STATUS.name: view.attempt_status.value if view.attempt_status else None,
-            sa.NEEDS_OPERATOR.name: view.needs_operator,
+            sa.NEEDS_OPERATOR.name: self._parked,
         }
         if wanted != self._published:
-            workflow.upsert_search_attributes(_updates(view))
+            workflow.upsert_search_attributes(_updates(view, self._parked))
             self._published = wanted
-        workflow.set_current_details(_details_markdown(view))
+        workflow.set_current_details(_details_markdown(view, self._parked))
 
     def _next_state(self) -> LinkWorkflowState:
         return self._state.model_copy(update={"runs": self._state.runs + 1, "budget": self._budget})
@@ -392,7 +402,7 @@ def _priority_of(budget: RemoteBudgetResult) -> Priority:
     return Priority(fairness_key=budget.fairness_key, fairness_weight=budget.fairness_weight)
 
 
-def _updates(view: LinkView) -> list[SearchAttributeUpdate[Any]]:
+def _updates(view: LinkView, parked: bool) -> list[SearchAttributeUpdate[Any]]:
     pairs = [
         (sa.LINK_KEY, view.link_key),
         (sa.CONNECTOR_OWNER_KEY, view.connector_owner_key),
@@ -404,11 +414,11 @@ def _updates(view: LinkView) -> list[SearchAttributeUpdate[Any]]:
     updates: list[SearchAttributeUpdate[Any]] = [
         key.value_set(value) if value is not None else key.value_unset() for key, value in pairs
     ]
-    updates.append(sa.NEEDS_OPERATOR.value_set(view.needs_operator))
+    updates.append(sa.NEEDS_OPERATOR.value_set(parked))
     return updates
 
 
-def _details_markdown(view: LinkView) -> str:
+def _details_markdown(view: LinkView, parked: bool) -> str:
     lines = [
         f"**link** `{view.link_status or 'none'}` remote id `{view.remote_id or '-'}`",
         f"**attempt** #{view.attempt_ordinal or '-'} `{view.attempt_status or 'none'}`"
@@ -424,6 +434,11 @@ def _details_markdown(view: LinkView) -> str:
         )
     if view.suspend_reason:
         lines.append(f"**suspended**: `{view.suspend_reason}` (revalidate or retire)")
+    elif parked and view.patch_outcome_unknown:
+        lines.append(
+            "**needs operator**: the last PATCH may or may not have landed; save the record"
+            " again (`connector-push save ...`) to send its full state, or check the remote"
+        )
     elif view.needs_operator:
         lines.append("**needs operator**: " + (view.last_error or "see attempt"))
     return "\n\n".join(lines)
