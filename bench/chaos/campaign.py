@@ -27,8 +27,8 @@ from sandbox.client import SandboxClient
 
 log = logging.getLogger("bench.chaos")
 OBJECT_TYPES = ("contacts", "companies", "deals")
-LONG_OUTAGE_EVERY_S = 400.0
-STABLE_POLLS = 6  # polls (3 s apart) with nothing in flight and nothing changing: quiescent  # one outage beyond the retry budget per this much campaign time
+LONG_OUTAGE_EVERY_S = 400.0  # one outage beyond the retry budget per this much campaign time
+STABLE_POLLS = 6  # polls (3 s apart) with nothing in flight and nothing changing: quiescent
 
 
 @dataclass
