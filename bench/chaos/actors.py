@@ -114,6 +114,8 @@ class Traffic:
             outcome = await self._save_api(record)
         self.saves.append(outcome)
         self.stats[f"save_{outcome.via}_{outcome.kind}"] += 1
+        if outcome.kind == "rejected":
+            self.stats[f"rejected_{outcome.reason}"] += 1
 
     async def _save_cli(self, record: Record) -> SaveOutcome:
         code, out, err = await run_cli(self.stack, "save", *record.cli_args(), "--json")
@@ -144,6 +146,7 @@ class Operator:
 
     stack: ChaosStack
     stats: Counter[str] = field(default_factory=Counter)
+    last_failures: list[str] = field(default_factory=list)
     _supersedes: Counter[str] = field(default_factory=Counter)
     _tried: set[tuple[str, str]] = field(default_factory=set)
 
@@ -203,6 +206,8 @@ class Operator:
         code, _, err = await run_cli(self.stack, *args, *who)
         outcome = "ok" if code == 0 else "refused" if "refused" in err else "error"
         self.stats[f"{args[0]}_{outcome}"] += 1
+        if outcome != "ok":
+            self.last_failures.append(f"{' '.join(args[:2])}: {err.strip()[-300:]}")
         if args[0] == "supersede" and outcome == "ok":
             self._supersedes[args[1]] += 1
         if outcome == "error":

@@ -43,6 +43,7 @@ class Outcome:
     end_states: dict[str, int] = field(default_factory=dict)
     traffic: dict[str, int] = field(default_factory=dict)
     operator: dict[str, int] = field(default_factory=dict)
+    operator_failures: list[str] = field(default_factory=list)
     logs: str | None = None
 
     def as_json(self) -> dict[str, object]:
@@ -56,6 +57,7 @@ class Outcome:
             "end_states": self.end_states,
             "traffic": self.traffic,
             "operator": self.operator,
+            "operator_failures": self.operator_failures,
             "logs": self.logs,
         }
 
@@ -157,6 +159,7 @@ async def run_campaign(cfg: ChaosConfig) -> Outcome:
         end_states=dict(Counter(v.state.value for v in verdicts.values())),
         traffic=dict(sorted(traffic.stats.items())),
         operator=dict(sorted(operator.stats.items())),
+        operator_failures=operator.last_failures[-20:],
     )
     if violations:
         outcome.logs = str(root)  # kept for the post-mortem

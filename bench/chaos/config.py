@@ -35,4 +35,4 @@ class ChaosConfig:
     @property
     def record_pool(self) -> int:
         """Records per profile: enough fresh creates for the whole run."""
-        return int(max(30, self.seconds / 4))
+        return int(max(60, self.seconds / 3))

@@ -120,7 +120,7 @@ class SandboxFaults:
 
     def draw(self) -> list[FaultRuleSpec]:
         kinds = self._rng.choices(list(RULE_KINDS), list(RULE_KINDS.values()), k=RULES_PER_CYCLE)
-        return [draw_rule(self._rng, k, self._rng.uniform(0.1, 0.35)) for k in kinds]
+        return [draw_rule(self._rng, k, self._rng.uniform(0.15, 0.4)) for k in kinds]
 
     async def burst_before_outage(self) -> None:
         """Make POSTs land and lose their answer right before the remote goes away
@@ -169,9 +169,9 @@ class ProcessFaults:
         loop = asyncio.get_running_loop()
         workers = self._stack.workers
         while loop.time() < until:
-            await asyncio.sleep(self._rng.uniform(8, 18))
+            await asyncio.sleep(self._rng.uniform(12, 25))
             slots = list(range(workers.size))
-            victims = slots if self._rng.random() < 0.15 else [self._rng.choice(slots)]
+            victims = slots if self._rng.random() < 0.1 else [self._rng.choice(slots)]
             for slot in victims:
                 workers.sigkill(slot)
                 self._tally.add("worker_sigkill")

@@ -37,6 +37,7 @@ from db.migrate import apply_migrations
 DATABASE = "chaos"
 TASK_QUEUE = "connector-push"
 START_TIMEOUT_S = 60.0
+SANDBOX_CONFIG = Path(__file__).with_name("sandbox.yaml")
 
 
 def demo_manifest(sandbox_url: str) -> dict[str, object]:
@@ -93,7 +94,7 @@ class SandboxProcess:
         return self._process is not None and self._process.poll() is None
 
     def start(self) -> None:
-        config = EXAMPLES / "sandbox.yaml"
+        config = SANDBOX_CONFIG
         args = ["sandbox", "--host", "127.0.0.1", "--port", str(self.port)]
         args += ["--config", str(config), "--persist", str(self.persist)]
         self._process = _popen(args, self.log)

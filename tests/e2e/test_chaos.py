@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
 SEED = "10"
 SECONDS = "90"
 # Stack start, 90 s of faults, the settle phase (bounded by CHAOS_SETTLE_SECONDS) and checks.
@@ -35,6 +36,7 @@ def test_seeded_chaos_campaign_keeps_every_guarantee(tmp_path: Path) -> None:
     }
     run = subprocess.run(
         [sys.executable, "-m", "bench.chaos"],
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
