@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 
 from bench.chaos.campaign import Outcome, run_campaign
+from bench.chaos.checker import RULES
 from bench.chaos.config import ChaosConfig
 
 SHOWN_PER_KIND = 5
@@ -29,7 +30,8 @@ def report(outcome: Outcome) -> str:
     lines.append(f"violations: {len(outcome.violations)} {dict(kinds)}")
     for kind in kinds:
         shown = [v for v in outcome.violations if v["kind"] == kind][:SHOWN_PER_KIND]
-        lines += [f"  {kind} {v['link_key']}: {v['detail']}" for v in shown]
+        lines.append(f"  {kind} ({kinds[kind]}) — {RULES.get(kind, '')}")
+        lines += [f"    {v['link_key']}: {v['detail']}" for v in shown]
     if outcome.logs:
         lines.append(f"logs kept in {outcome.logs}")
     return "\n".join(lines)

@@ -22,6 +22,22 @@ from temporalio.client import Client
 from bench.chaos.evidence import Evidence, definite
 from protocol.identity import link_workflow_id
 
+# Each violation kind, the rule it breaks.
+RULES = {
+    "duplicate_create": "SPEC §0, NF-4: one local record owns at most one remote object",
+    "unattributed_create": "a ledger create no attempt sent (key, locator and body unknown)",
+    "unsettled": "still in flight after the settle phase (nothing may hang)",
+    "parked_not_listed": "WF-4, REC-3: parked work is listed by the operator's query",
+    "accepted_save_lost": "WF-2: an accepted save's admission stands",
+    "rejected_without_reason": "NF-2: a rejection names its reason",
+    "send_evidence_cleared": "JRN-2: once a try may have left, remote_io_started_at stays set",
+    "effect_possible_terminal": "JRN-2, REC-4, POST-4: effect possible ends ambiguous, "
+    "or failed only with a definite 4xx",
+    "finalized_object_missing": "POST-2: a finalized link's remote object exists",
+    "finalized_on_foreign_object": "POST-2: a link's remote id is an object its attempts created",
+    "mirror_mismatch": "POST-2: the record's mirror holds the link's remote id",
+    "false_remote_conflict": "PROF-2: a 412 on our own re-sent PATCH is read back, not a conflict",
+}
 PARKED_QUERY = 'NeedsOperator = true AND ExecutionStatus = "Running"'
 PARKED_ATTEMPT = {"ambiguous_remote_effect", "terminal_failed"}
 IN_FLIGHT_PATCH = {"pending", "processing"}
