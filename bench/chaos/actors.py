@@ -106,8 +106,11 @@ class Traffic:
         except Exception:  # Postgres restarting: the edit did not happen
             self.stats["edit_errors"] += 1
 
-    async def save(self, record: Record) -> None:
-        if self.rng.random() < CLI_SHARE and not self._cli.locked():
+    async def save(self, record: Record, *, cli: bool | None = None) -> None:
+        """One save; through the CLI when `cli`, or by a seeded draw when a slot is free."""
+        if cli is None:
+            cli = self.rng.random() < CLI_SHARE and not self._cli.locked()
+        if cli:
             async with self._cli:
                 outcome = await self._save_cli(record)
         else:

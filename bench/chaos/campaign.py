@@ -72,12 +72,8 @@ async def snapshot(stack: ChaosStack) -> Evidence:
 
 
 async def _chaos_phase(
-    cfg: ChaosConfig, stack: ChaosStack, world: World, client: Client, tally: FaultTally
-) -> tuple[Traffic, Operator, SandboxFaults]:
-    # min_size 0: no background reconnects (and their tracebacks) while Postgres restarts.
-    pool = await create_pool(stack.dsn, min_size=0, max_size=12)
-    traffic = Traffic(stack, world, random.Random(f"{cfg.seed}:traffic"), pool, client)
-    operator = Operator(stack)
+    cfg: ChaosConfig, stack: ChaosStack, traffic: Traffic, operator: Operator, tally: FaultTally
+) -> None:
     sandbox_faults = SandboxFaults(stack, random.Random(f"{cfg.seed}:sandbox"), tally)
     process = ProcessFaults(stack, random.Random(f"{cfg.seed}:process"), tally, sandbox_faults)
     loop = asyncio.get_running_loop()
@@ -96,8 +92,7 @@ async def _chaos_phase(
         )
         await sandbox_faults.off()
     finally:
-        await pool.close()
-    return traffic, operator, sandbox_faults
+        await sandbox_faults.close()
 
 
 async def _all_up(stack: ChaosStack) -> None:
@@ -108,11 +103,27 @@ async def _all_up(stack: ChaosStack) -> None:
     stack.workers.revive()
 
 
+async def _push_awaited_targets(
+    world: World, traffic: Traffic, verdicts: dict[str, Verdict]
+) -> None:
+    """A company whose primary contact was never saved waits for it by design (LANE-2):
+    the CRM saves that contact, as it eventually would."""
+    for key, verdict in verdicts.items():
+        target = world.dependency(key)
+        if verdict.state is Final.UNSETTLED and target is not None and target not in verdicts:
+            await traffic.save(world.record(target), cli=False)
+
+
 async def _settle(
-    cfg: ChaosConfig, stack: ChaosStack, world: World, client: Client, operator: Operator
+    cfg: ChaosConfig,
+    stack: ChaosStack,
+    world: World,
+    client: Client,
+    actors: tuple[Traffic, Operator],
 ) -> tuple[Evidence, dict[str, Verdict], set[str], bool]:
     """Faults off, everything up: repair and wait until nothing is in flight and every
     parked link is listed, or nothing has changed for `STABLE_POLLS` polls."""
+    traffic, operator = actors
     await _all_up(stack)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + cfg.settle_seconds
@@ -123,6 +134,7 @@ async def _settle(
         ev = await snapshot(stack)
         listed = await listed_parked(client)
         verdicts = classify(ev, world.dependency)
+        await _push_awaited_targets(world, traffic, verdicts)
         quiet = pending_repairs == 0 and not any(
             v.state is Final.UNSETTLED for v in verdicts.values()
         )
@@ -140,15 +152,21 @@ async def run_campaign(cfg: ChaosConfig) -> Outcome:
     async with chaos_stack(root, cfg.workers) as stack:
         world = World(cfg.seed, cfg.record_pool)
         document = parse_records_document(world.initial_document())
-        pool = await create_pool(stack.dsn, min_size=1, max_size=1)
-        async with pool.acquire() as conn:
-            await load_records(conn, document)
-        await pool.close()
-        client = await stack.connect()
-        log.info("stack up in %s; injecting faults for %.0f s", root, cfg.seconds)
-        traffic, operator, _ = await _chaos_phase(cfg, stack, world, client, tally)
-        log.info("faults off; settling (at most %.0f s)", cfg.settle_seconds)
-        ev, verdicts, listed, done = await _settle(cfg, stack, world, client, operator)
+        # min_size 0: no background reconnects (and their tracebacks) while Postgres restarts.
+        pool = await create_pool(stack.dsn, min_size=0, max_size=12)
+        try:
+            async with pool.acquire() as conn:
+                await load_records(conn, document)
+            client = await stack.connect()
+            traffic = Traffic(stack, world, random.Random(f"{cfg.seed}:traffic"), pool, client)
+            operator = Operator(stack)
+            log.info("stack up in %s; injecting faults for %.0f s", root, cfg.seconds)
+            await _chaos_phase(cfg, stack, traffic, operator, tally)
+            log.info("faults off; settling (at most %.0f s)", cfg.settle_seconds)
+            actors = (traffic, operator)
+            ev, verdicts, listed, done = await _settle(cfg, stack, world, client, actors)
+        finally:
+            await pool.close()
         violations = check(ev, verdicts, listed, traffic.saves)
     outcome = Outcome(
         seed=cfg.seed,

@@ -160,6 +160,9 @@ class World:
     def _spec(record: Record, fields: dict[str, object]) -> dict[str, object]:
         return {"object": record.profile.source_object, "id": record.record_id, "fields": fields}
 
+    def record(self, link_key: str) -> Record:
+        return next(r for pool in self.records.values() for r in pool if r.link_key == link_key)
+
     def dependency(self, link_key: str) -> str | None:
         """The link key a company's create waits on (its primary contact's), if any."""
         return self._dependencies.get(link_key)
