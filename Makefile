@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint fmt pytest bench clean-dev venv
+.PHONY: dev test lint fmt pytest bench chaos clean-dev venv
 
 # (Re)install when the venv is missing or pyproject.toml is newer than the last install.
 $(STAMP): pyproject.toml
@@ -35,6 +35,10 @@ test: lint pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Seeded fault campaign (issue 10): CHAOS_SEED (default 1), CHAOS_SECONDS (default 600).
+chaos: $(STAMP)
+	$(BIN)/python -m bench.chaos
 
 clean-dev:
 	rm -rf .dev-data

@@ -1,0 +1,38 @@
+"""Campaign settings from the environment: `CHAOS_SEED`, `CHAOS_SECONDS`, `CHAOS_SETTLE_SECONDS`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "chaos-latest.json"
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """One campaign: its seed, how long faults are injected, how long settling may take."""
+
+    seed: int = 1
+    seconds: float = 600.0
+    settle_seconds: float = 300.0
+    workers: int = 2
+    results: Path = RESULTS
+    workdir: Path | None = None  # where the stack's data and logs go (default: the temp dir)
+
+    @classmethod
+    def from_env(cls) -> ChaosConfig:
+        seconds = float(os.environ.get("CHAOS_SECONDS", "600"))
+        default_settle = str(max(150.0, min(300.0, seconds / 2)))
+        return cls(
+            seed=int(os.environ.get("CHAOS_SEED", "1")),
+            seconds=seconds,
+            settle_seconds=float(os.environ.get("CHAOS_SETTLE_SECONDS", default_settle)),
+            results=Path(os.environ.get("CHAOS_RESULTS", str(RESULTS))),
+            workdir=Path(os.environ["CHAOS_WORKDIR"]) if "CHAOS_WORKDIR" in os.environ else None,
+        )
+
+    @property
+    def record_pool(self) -> int:
+        """Records per profile: enough fresh creates for the whole run."""
+        return int(max(60, self.seconds / 3))

@@ -1,0 +1,165 @@
+"""What the checker trusts: the sandbox ledger and the SQL rows, and how they are joined.
+
+A ledger create is traced to the attempt that sent it by the attempt's
+idempotency key (header sent), its locator (a unique value stored), or the hash
+of its frozen body (the exact bytes sent; bodies are unique per record, see
+`world`). A ledger PATCH is traced to its link by object id and to its PATCH row
+by body hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from protocol.request import wire_body
+from sandbox.state import LedgerEntry
+
+# 4xx answers that do not prove the request was refused (SPEC POST-4).
+RETRYABLE_4XX = frozenset({408, 409, 425, 429})
+
+ATTEMPTS_SQL = """
+SELECT attempt_id::text AS attempt_id, link_key, status, attempt_ordinal, dispatch_lane,
+       remote_io_started_at IS NOT NULL AS started, request_idempotency_key,
+       request_snapshot->>'locator_value' AS locator, request_snapshot->>'body_hash' AS body_hash,
+       response_snapshot, remote_id, last_error, source_object, source_record_id
+FROM connector_push_attempt
+"""
+LINKS_SQL = """
+SELECT link_key, status, suspend_reason, remote_id, target_object, source_object,
+       source_record_id, mirror_remote_id_field
+FROM connector_remote_link
+"""
+PATCHES_SQL = """
+SELECT patch_id::text AS patch_id, link_key, status, remote_io_started_at IS NOT NULL AS started,
+       body, response_snapshot, last_error, created_at
+FROM connector_patch_dispatch ORDER BY created_at, patch_id
+"""
+RECORDS_SQL = "SELECT source_object, record_id, fields FROM crm_record"
+
+
+def definite(response: Any) -> bool:
+    """A response snapshot that proves the remote refused the request (4xx, not retryable)."""
+    snapshot = json.loads(response) if isinstance(response, str) else response
+    status = snapshot.get("status") if isinstance(snapshot, dict) else None
+    return isinstance(status, int) and 400 <= status < 500 and status not in RETRYABLE_4XX
+
+
+def body_sha256(body: Any) -> str | None:
+    if body is None:
+        return None
+    value = json.loads(body) if isinstance(body, str) else body
+    return hashlib.sha256(wire_body(value)).hexdigest()
+
+
+@dataclass
+class Evidence:
+    """One snapshot of the ledger and the rows, with the joins the checks need."""
+
+    ledger: list[LedgerEntry]
+    attempts: list[dict[str, Any]]
+    links: dict[str, dict[str, Any]]
+    patches: list[dict[str, Any]]
+    records: dict[tuple[str, str], dict[str, Any]]
+    objects: dict[str, set[str]]  # object type -> ids present in the sandbox
+    creates_of: dict[str, list[LedgerEntry]] = field(default_factory=dict)  # attempt id ->
+    unattributed: list[LedgerEntry] = field(default_factory=list)
+    patch_entries_of: dict[str, list[LedgerEntry]] = field(default_factory=dict)  # patch id ->
+    foreign_patches: dict[str, list[LedgerEntry]] = field(default_factory=dict)  # link key ->
+
+    def __post_init__(self) -> None:
+        self._join_creates()
+        self._join_patches()
+
+    def attempts_by_key(self) -> dict[str, list[dict[str, Any]]]:
+        grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in sorted(self.attempts, key=lambda r: int(r["attempt_ordinal"])):
+            grouped[row["link_key"]].append(row)
+        return grouped
+
+    def patches_by_key(self) -> dict[str, list[dict[str, Any]]]:
+        grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in self.patches:
+            grouped[row["link_key"]].append(row)
+        return grouped
+
+    def created_objects(self, link_key: str) -> set[str]:
+        """Distinct remote objects created (not replayed) by any attempt of the link key."""
+        return {
+            str(e.object_id)
+            for a in self.attempts
+            if a["link_key"] == link_key
+            for e in self.creates_of.get(a["attempt_id"], [])
+            if not e.replayed
+        }
+
+    def _join_creates(self) -> None:
+        index: dict[str, set[str]] = defaultdict(set)
+        for a in self.attempts:
+            for value in (a["request_idempotency_key"], a["locator"], a["body_hash"]):
+                if value:
+                    index[value].add(a["attempt_id"])
+        for entry in self.ledger:
+            if entry.kind != "create":
+                continue
+            keys = [entry.idempotency_key, entry.body_sha256, *entry.unique_values.values()]
+            owners = set().union(*(index.get(k, set()) for k in keys if k))
+            if not owners:
+                self.unattributed.append(entry)
+            for attempt_id in owners:
+                self.creates_of.setdefault(attempt_id, []).append(entry)
+
+    def _join_patches(self) -> None:
+        by_object = {(v["target_object"], v["remote_id"]): k for k, v in self.links.items()}
+        hashes: dict[tuple[str, str | None], str] = {
+            (p["link_key"], body_sha256(p["body"])): p["patch_id"] for p in self.patches
+        }
+        for entry in self.ledger:
+            if entry.kind != "patch":
+                continue
+            key = by_object.get((entry.object_type, entry.object_id))
+            if key is None:
+                continue
+            patch_id = hashes.get((key, entry.body_sha256))
+            if patch_id is None:
+                self.foreign_patches.setdefault(key, []).append(entry)
+            else:
+                self.patch_entries_of.setdefault(patch_id, []).append(entry)
+
+
+async def read_rows(dsn: str) -> tuple[list[dict[str, Any]], ...]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        results = []
+        for sql in (ATTEMPTS_SQL, LINKS_SQL, PATCHES_SQL, RECORDS_SQL):
+            results.append([dict(r) for r in await conn.fetch(sql)])
+        return tuple(results)
+    finally:
+        await conn.close()
+
+
+def build_evidence(
+    ledger: list[LedgerEntry],
+    rows: tuple[list[dict[str, Any]], ...],
+    objects: dict[str, set[str]],
+) -> Evidence:
+    attempts, links, patches, records = rows
+    fields = {
+        (r["source_object"], r["record_id"]): json.loads(r["fields"])
+        if isinstance(r["fields"], str)
+        else r["fields"]
+        for r in records
+    }
+    return Evidence(
+        ledger=ledger,
+        attempts=attempts,
+        links={row["link_key"]: row for row in links},
+        patches=patches,
+        records=fields,
+        objects=objects,
+    )

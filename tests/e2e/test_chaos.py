@@ -1,0 +1,146 @@
+"""`make test` runs a 90-second seeded chaos campaign (issue 10 deliverable 8, SPEC §14, NF-4).
+
+The campaign runs as its own process (`python -m bench.chaos`) on its own private stack,
+so its SIGKILLs and restarts never touch the session's Postgres or Temporal; the
+verdict is read from the JSON it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.chaos.checker import SaveOutcome, check, classify
+from bench.chaos.evidence import build_evidence
+from protocol.identity import link_workflow_id
+from sandbox.state import LedgerEntry
+
+Row = dict[str, Any]
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = "10"
+SECONDS = "90"
+# Stack start, 90 s of faults, the settle phase (bounded by CHAOS_SETTLE_SECONDS) and checks.
+TIMEOUT_S = 900
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_S)
+def test_seeded_chaos_campaign_keeps_every_guarantee(tmp_path: Path) -> None:
+    results = tmp_path / "chaos.json"
+    env = {
+        **os.environ,
+        "CHAOS_SEED": SEED,
+        "CHAOS_SECONDS": SECONDS,
+        "CHAOS_SETTLE_SECONDS": "240",
+        "CHAOS_RESULTS": str(results),
+        "CHAOS_WORKDIR": str(tmp_path),  # logs of a failing run stay with pytest's tmp dirs
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.chaos"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S - 60,
+        check=False,
+    )
+    assert results.exists(), f"campaign wrote no verdict:\n{run.stdout}\n{run.stderr[-4000:]}"
+    verdict = json.loads(results.read_text())
+    assert verdict["seed"] == int(SEED)
+    assert verdict["faults_total"] > 0, run.stdout
+    assert verdict["violations"] == [], run.stdout
+    assert run.returncode == 0, run.stdout
+
+
+# The checker itself, on hand-made evidence: a clean run must pass and issue 10's
+# problem 1 must be caught, or the campaign's "zero violations" would prove nothing.
+
+KEY = "lk1_" + "a" * 64
+
+
+def _create(seq: int, object_id: str, idempotency_key: str) -> LedgerEntry:
+    return LedgerEntry(
+        seq=seq,
+        at="2026-01-01T00:00:00.000Z",
+        kind="create",
+        object_type="contacts",
+        object_id=object_id,
+        idempotency_key=idempotency_key,
+        body_sha256=f"body-{seq}",
+        status=201,
+    )
+
+
+def _attempt(ordinal: int, status: str, *, started: bool, response: object = None) -> Row:
+    return {
+        "attempt_id": f"att-{ordinal}",
+        "link_key": KEY,
+        "status": status,
+        "attempt_ordinal": ordinal,
+        "dispatch_lane": "configured",
+        "started": started,
+        "request_idempotency_key": f"key-{ordinal}",
+        "locator": None,
+        "body_hash": f"frozen-{ordinal}",
+        "response_snapshot": response,
+        "remote_id": None,
+        "last_error": None,
+        "source_object": "Contact",
+        "source_record_id": "c-1",
+    }
+
+
+def _link(remote_id: str) -> Row:
+    return {
+        "link_key": KEY,
+        "status": "finalized",
+        "suspend_reason": None,
+        "remote_id": remote_id,
+        "target_object": "contacts",
+        "source_object": "Contact",
+        "source_record_id": "c-1",
+        "mirror_remote_id_field": "remote_id__c",
+    }
+
+
+def _verdict(
+    ledger: list[LedgerEntry], attempts: list[Row], listed: set[str]
+) -> list[dict[str, object]]:
+    records = [{"source_object": "Contact", "record_id": "c-1", "fields": {"remote_id__c": "7"}}]
+    ev = build_evidence(ledger, (attempts, [_link("7")], [], records), {"contacts": {"6", "7"}})
+    verdicts = classify(ev, lambda key: None)
+    saves = [SaveOutcome(KEY, "cli", "create_reserved")]
+    return check(ev, verdicts, listed, saves)
+
+
+def test_checker_passes_a_clean_create() -> None:
+    ledger = [_create(1, "7", "key-1")]
+    assert _verdict(ledger, [_attempt(1, "finalized", started=True)], set()) == []
+
+
+def test_checker_catches_cleared_evidence_and_the_duplicate_after_supersede() -> None:
+    # Issue 10 problem 1: try 1 landed (object 6), the checkpoint was cleared, the
+    # attempt went terminal "not sent", and the superseding attempt created object 7.
+    ledger = [_create(1, "6", "key-1"), _create(2, "7", "key-2")]
+    attempts = [
+        _attempt(1, "superseded", started=False),
+        _attempt(2, "finalized", started=True),
+    ]
+    kinds = sorted(str(v["kind"]) for v in _verdict(ledger, attempts, set()))
+    assert kinds == ["duplicate_create", "effect_possible_terminal", "send_evidence_cleared"]
+
+
+def test_checker_accepts_a_definite_rejection_but_not_an_unlisted_park() -> None:
+    rejected = _attempt(1, "superseded", started=True, response={"status": 400})
+    parked = _attempt(2, "ambiguous_remote_effect", started=True)
+    ledger = [_create(1, "7", "key-2")]
+    unlisted = _verdict(ledger, [rejected, parked], set())
+    assert [v["kind"] for v in unlisted] == ["parked_not_listed"]
+    assert _verdict(ledger, [rejected, parked], {link_workflow_id(KEY)}) == []
