@@ -7,7 +7,7 @@ swap in an adapter for the CRM's own store without touching the callers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol, TypeAlias
 
@@ -30,6 +30,18 @@ class RecordStore(Protocol):
         self, user_id: str, source_object: str, record_id: str
     ) -> PermissionFacts:
         """The user's read facts; anything not granted is unreadable (fail closed)."""
+        ...
+
+    async def read_records(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], LocalRecord]:
+        """`read_record` for every `(source_object, record_id)` at once; absent ones omitted."""
+        ...
+
+    async def read_permissions_many(
+        self, keys: Sequence[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], PermissionFacts]:
+        """`read_permissions` for every `(user_id, source_object, record_id)` at once."""
         ...
 
     async def compare_and_set_mirror(
@@ -81,11 +93,20 @@ class PostgresRecordStore:
     ) -> PermissionFacts:
         async with self._conn() as conn:
             row = await q.select_permissions(conn, user_id, source_object, record_id)
-        return PermissionFacts(
-            object_readable=row.object_readable,
-            record_readable=row.record_readable,
-            readable_fields=row.readable_fields,
-        )
+        return _facts(row)
+
+    async def read_records(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], LocalRecord]:
+        async with self._conn() as conn:
+            return await q.select_records(conn, keys)
+
+    async def read_permissions_many(
+        self, keys: Sequence[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], PermissionFacts]:
+        async with self._conn() as conn:
+            rows = await q.select_permissions_many(conn, keys)
+        return {key: _facts(row) for key, row in rows.items()}
 
     async def compare_and_set_mirror(
         self,
@@ -104,3 +125,11 @@ class PostgresRecordStore:
     async def exists(self, source_object: str, record_id: str) -> bool:
         async with self._conn() as conn:
             return await q.record_exists(conn, source_object, record_id)
+
+
+def _facts(row: q.PermissionRow) -> PermissionFacts:
+    return PermissionFacts(
+        object_readable=row.object_readable,
+        record_readable=row.record_readable,
+        readable_fields=row.readable_fields,
+    )

@@ -20,7 +20,8 @@ from typing import Final
 import asyncpg
 from temporalio.client import Client
 
-from activities.admission import admit_locked, admit_save
+from activities.admission import admit_all_locked, admit_save
+from activities.admission_facts import SaveToAdmit
 from activities.rate_limit import reservation_budget
 from activities.wake import wake_link
 from db import links as links_q
@@ -130,13 +131,14 @@ class IdempotencyConflict(Exception):
 
 
 async def _admit_in(conn: Conn, saves: Sequence[SaveRequest]) -> list[AdmissionDecision]:
-    """Admit saves inside the caller's transaction, taking link-key locks in key order
-    (so two batches naming the same records cannot deadlock)."""
-    keys: dict[int, str] = {}
+    """Admit saves inside the caller's transaction set-wise: every link-key lock in one
+    statement, in key order (so two batches naming the same records cannot deadlock),
+    then one read per fact and one write per kind for the whole batch."""
+    items: dict[int, SaveToAdmit] = {}
     decisions: dict[int, AdmissionDecision] = {}
     for i, save in enumerate(saves):
         try:
-            keys[i] = link_key(
+            key = link_key(
                 save.connector_owner_key,
                 save.action_slot_id,
                 save.source_object,
@@ -145,12 +147,13 @@ async def _admit_in(conn: Conn, saves: Sequence[SaveRequest]) -> list[AdmissionD
             )
         except InvalidIdentityPart as error:
             decisions[i] = Rejected(reason=RejectReason.STABLE_IDS_UNRESOLVED, detail=str(error))
-    for key in sorted(set(keys.values())):
-        await links_q.lock_link_key(conn, key)
-    now = datetime.now(UTC)
-    for i, key in keys.items():
+            continue
         idempotency_key, locator = new_idempotency_key()
-        decisions[i] = await admit_locked(conn, key, saves[i], idempotency_key, locator, now)
+        items[i] = SaveToAdmit(key, save, idempotency_key, locator)
+    if items:
+        await links_q.lock_link_keys(conn, [item.key for item in items.values()])
+        admitted = await admit_all_locked(conn, list(items.values()), datetime.now(UTC))
+        decisions.update(zip(items, admitted, strict=True))
     return [decisions[i] for i in range(len(saves))]
 
 

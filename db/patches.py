@@ -179,3 +179,19 @@ async def replace_remote_etag(conn: Conn, link_key: str, etag: str | None) -> No
     await conn.execute(
         "UPDATE connector_remote_link SET remote_etag = $2 WHERE link_key = $1", link_key, etag
     )
+
+
+async def queue_patches(conn: Conn, users_by_key: dict[str, str | None]) -> None:
+    """`queue_patch` for many links in one statement (one entry per link key: a batch's
+    latest saver for the key, as `queue_patch` one by one would have left it)."""
+    await conn.execute(
+        """
+        INSERT INTO connector_patch_dispatch (link_key, status, originating_user_id)
+        SELECT link_key, 'pending', user_id
+        FROM unnest($1::text[], $2::text[]) AS t(link_key, user_id)
+        ON CONFLICT (link_key) WHERE status = 'pending'
+        DO UPDATE SET originating_user_id = EXCLUDED.originating_user_id
+        """,
+        list(users_by_key),
+        list(users_by_key.values()),
+    )

@@ -62,6 +62,33 @@ SELECT
     ) AS readable_fields
 """
 
+# The batch forms (admission of many saves at once): one statement for the whole set.
+SELECT_RECORDS: Final = """
+SELECT r.source_object, r.record_id, r.fields::text AS fields, r.version, r.deleted, r.updated_at
+FROM unnest($1::text[], $2::text[]) AS k(source_object, record_id)
+JOIN crm_record r USING (source_object, record_id)
+"""
+
+SELECT_PERMISSIONS_MANY: Final = """
+SELECT
+    k.user_id, k.source_object, k.record_id,
+    EXISTS (
+        SELECT 1 FROM crm_object_permission o
+        WHERE o.user_id = k.user_id AND o.source_object = k.source_object AND o.can_read
+    ) AS object_readable,
+    EXISTS (
+        SELECT 1 FROM crm_record_permission p
+        WHERE p.user_id = k.user_id AND p.source_object = k.source_object
+          AND p.record_id = k.record_id AND p.can_read
+    ) AS record_readable,
+    ARRAY(
+        SELECT f.field_name FROM crm_field_permission f
+        WHERE f.user_id = k.user_id AND f.source_object = k.source_object AND f.can_read
+        ORDER BY f.field_name
+    ) AS readable_fields
+FROM unnest($1::text[], $2::text[], $3::text[]) AS k(user_id, source_object, record_id)
+"""
+
 SELECT_EXISTS: Final = """
 SELECT EXISTS (
     SELECT 1 FROM crm_record WHERE source_object = $1 AND record_id = $2 AND NOT deleted
@@ -147,8 +174,18 @@ def _json(value: Mapping[str, JsonValue]) -> str:
 async def select_record(conn: Conn, source_object: str, record_id: str) -> CrmRecordRow | None:
     """One record, deleted or not; None when the store never had it."""
     row = await conn.fetchrow(SELECT_RECORD, source_object, record_id)
-    if row is None:
-        return None
+    return None if row is None else _record(row)
+
+
+async def select_records(
+    conn: Conn, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], CrmRecordRow]:
+    """The records named by `(source_object, record_id)`, deleted or not; absent ones omitted."""
+    rows = await conn.fetch(SELECT_RECORDS, [k[0] for k in keys], [k[1] for k in keys])
+    return {(r["source_object"], r["record_id"]): _record(r) for r in rows}
+
+
+def _record(row: Record) -> CrmRecordRow:
     return CrmRecordRow(
         source_object=row["source_object"],
         record_id=row["record_id"],
@@ -157,6 +194,21 @@ async def select_record(conn: Conn, source_object: str, record_id: str) -> CrmRe
         deleted=row["deleted"],
         updated_at=row["updated_at"],
     )
+
+
+async def select_permissions_many(
+    conn: Conn, keys: Sequence[tuple[str, str, str]]
+) -> dict[tuple[str, str, str], PermissionRow]:
+    """`select_permissions` for every `(user_id, source_object, record_id)` at once."""
+    rows = await conn.fetch(SELECT_PERMISSIONS_MANY, *([k[i] for k in keys] for i in range(3)))
+    return {
+        (r["user_id"], r["source_object"], r["record_id"]): PermissionRow(
+            object_readable=r["object_readable"],
+            record_readable=r["record_readable"],
+            readable_fields=frozenset(r["readable_fields"]),
+        )
+        for r in rows
+    }
 
 
 async def select_permissions(
