@@ -189,11 +189,12 @@ async def run_saves_bench(
             saves = await load.run(concurrency, seconds)
     figures = {"P7": round(saves / baseline, 3), "P7_saves_per_s": round(saves, 1)}
     # The ingress is one Python process and CPU-bound: other load moves the figure a lot.
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    load_average = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"P7 save API admissions {saves:.0f} saves/s (batches of {batch}) vs pgbench "
         f"single-row INSERT {baseline:.0f} TPS (-M prepared), same Postgres, same run, "
-        f"concurrency {concurrency}: {figures['P7']}x (target >= 0.2x); load average {load}"
+        f"concurrency {concurrency}: {figures['P7']}x (target >= 0.2x); "
+        f"load average {load_average}"
     )
     record(figures)
     return figures
