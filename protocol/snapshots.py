@@ -6,6 +6,7 @@ with the active pack. Hashes are computed here, once, from manifest models.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Final
 
@@ -114,6 +115,12 @@ class ProfileSnapshot(Snapshot):
 
     @classmethod
     def of(cls, profile: Profile) -> ProfileSnapshot:
+        """The snapshot of a (frozen, hashable) manifest profile; computed once per profile
+        because every save of a slot freezes it again (bench P7: its digests dominated)."""
+        return _profile_snapshot(profile)
+
+    @classmethod
+    def build(cls, profile: Profile) -> ProfileSnapshot:
         post = profile.idempotency.post
         return cls(
             profile_name=profile.name,
@@ -151,6 +158,11 @@ class ActionConfigSnapshot(Snapshot):
 
     @classmethod
     def of(cls, slot: ActionSlot) -> ActionConfigSnapshot:
+        """Computed once per (frozen, hashable) action slot, like `ProfileSnapshot.of`."""
+        return _action_snapshot(slot)
+
+    @classmethod
+    def build(cls, slot: ActionSlot) -> ActionConfigSnapshot:
         return cls(
             create_path_template=slot.create_path,
             update_path_template=slot.update_path,
@@ -159,6 +171,16 @@ class ActionConfigSnapshot(Snapshot):
             mapping_fingerprint=mapping_fingerprint(slot),
             body_fingerprint=body_fingerprint(slot),
         )
+
+
+@functools.lru_cache(maxsize=512)
+def _profile_snapshot(profile: Profile) -> ProfileSnapshot:
+    return ProfileSnapshot.build(profile)
+
+
+@functools.lru_cache(maxsize=512)
+def _action_snapshot(slot: ActionSlot) -> ActionConfigSnapshot:
+    return ActionConfigSnapshot.build(slot)
 
 
 class StableSlot(Snapshot):
