@@ -41,6 +41,20 @@ from protocol.identity import InvalidIdentityPart, link_key
 from protocol.states import AttemptStatus, LinkStatus
 
 
+def key_or_rejection(save: SaveRequest) -> str | Rejected:
+    """The save's link key (ID-2), or the refusal when a stable id is no valid key part."""
+    try:
+        return link_key(
+            save.connector_owner_key,
+            save.action_slot_id,
+            save.source_object,
+            save.source_record_id,
+            save.destination_slot_id,
+        )
+    except InvalidIdentityPart as error:
+        return Rejected(reason=RejectReason.STABLE_IDS_UNRESOLVED, detail=str(error))
+
+
 async def admit_save(
     pool: asyncpg.Pool,
     save: SaveRequest,
@@ -50,16 +64,9 @@ async def admit_save(
     now: datetime,
 ) -> AdmissionDecision:
     """Decide and record one save; the caller supplies the key, locator and clock."""
-    try:
-        key = link_key(
-            save.connector_owner_key,
-            save.action_slot_id,
-            save.source_object,
-            save.source_record_id,
-            save.destination_slot_id,
-        )
-    except InvalidIdentityPart as error:
-        return Rejected(reason=RejectReason.STABLE_IDS_UNRESOLVED, detail=str(error))
+    key = key_or_rejection(save)
+    if isinstance(key, Rejected):
+        return key
     async with pool.acquire() as conn, conn.transaction():
         await q.lock_link_key(conn, key)
         return await admit_locked(conn, key, save, idempotency_key, locator_value, now)

@@ -20,7 +20,7 @@ from typing import Final
 import asyncpg
 from temporalio.client import Client
 
-from activities.admission import admit_all_locked, admit_save
+from activities.admission import admit_all_locked, admit_save, key_or_rejection
 from activities.admission_facts import SaveToAdmit
 from activities.rate_limit import reservation_budget
 from activities.wake import wake_link
@@ -36,7 +36,6 @@ from protocol.admission import (
     SaveRequest,
 )
 from protocol.errors import RejectReason
-from protocol.identity import InvalidIdentityPart, link_key
 from protocol.rate_limit import RemoteBudgetResult
 
 log = logging.getLogger(__name__)
@@ -137,16 +136,9 @@ async def _admit_in(conn: Conn, saves: Sequence[SaveRequest]) -> list[AdmissionD
     items: dict[int, SaveToAdmit] = {}
     decisions: dict[int, AdmissionDecision] = {}
     for i, save in enumerate(saves):
-        try:
-            key = link_key(
-                save.connector_owner_key,
-                save.action_slot_id,
-                save.source_object,
-                save.source_record_id,
-                save.destination_slot_id,
-            )
-        except InvalidIdentityPart as error:
-            decisions[i] = Rejected(reason=RejectReason.STABLE_IDS_UNRESOLVED, detail=str(error))
+        key = key_or_rejection(save)
+        if isinstance(key, Rejected):
+            decisions[i] = key
             continue
         idempotency_key, locator = new_idempotency_key()
         items[i] = SaveToAdmit(key, save, idempotency_key, locator)
