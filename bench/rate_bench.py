@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -191,14 +193,92 @@ def run_push(stack: BenchStack, setup: Setup) -> tuple[dict[str, object], float]
     return summary, elapsed
 
 
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU of live processes so far (Linux /proc)."""
+# -- where the CPU went (Linux /proc): the machine is shared, so say who used it ----------
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name: [state, ppid, ...] (fields 3 onwards)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu_ticks(pid: int, reaped_children: bool = False) -> int:
+    """utime + stime, plus the CPU of children it reaped (Postgres reaps its backends)."""
+    try:
+        fields = _stat(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    own = int(fields[11]) + int(fields[12])
+    return own + (int(fields[13]) + int(fields[14]) if reaped_children else 0)
+
+
+def _pids_with(*tokens: str) -> list[int]:
+    """Processes whose command line holds every token (as whole arguments)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in args]
+        pairs = {f"{a} {b}" for a, b in itertools.pairwise(words)}
+        if all(t in words or t in pairs for t in tokens):
+            found.append(int(entry.name))
+    return found
+
+
+@dataclass(frozen=True)
+class StackProcesses:
+    """The stack's long-running processes, found by the ports they were given."""
+
+    workers: list[int]
+    temporal: list[int]
+    postgres: list[int]  # the postmaster
+    sandbox: list[int]
+
+    @classmethod
+    def find(cls, stack: BenchStack, workers: list[int]) -> StackProcesses:
+        temporal_port = stack.client.service_client.config.target_host.rsplit(":", 1)[1]
+        return cls(
+            workers=workers,
+            temporal=_pids_with("start-dev", f"--port {temporal_port}"),
+            postgres=_pids_with("-D", f"-p {httpx.URL(stack.dsn).port}"),
+            sandbox=_pids_with("sandbox", f"--port {httpx.URL(stack.sandbox_url).port}"),
+        )
+
+    def ticks(self) -> dict[str, int]:
+        postmaster = self.postgres[0] if self.postgres else -1
+        backends = _children(postmaster)
+        return {
+            "workers": sum(_cpu_ticks(p) for p in self.workers),
+            "temporal": sum(_cpu_ticks(p) for p in self.temporal),
+            "postgres": _cpu_ticks(postmaster, True) + sum(_cpu_ticks(p) for p in backends),
+            "sandbox": sum(_cpu_ticks(p) for p in self.sandbox),
+        }
+
+
+def _children(parent: int) -> list[int]:
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int(_stat(int(entry.name))[1]) == parent:
+                    children.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return children
+
+
+def _children_cpu_s() -> float:
+    """CPU of this process's reaped children (the push process, once it has exited)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cores_busy(before: dict[str, int], after: dict[str, int], seconds: float) -> dict[str, float]:
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
+    return {k: round((after[k] - before[k]) / ticks / seconds, 2) for k in before}
 
 
 async def xact_commits(admin_dsn: str) -> int:
@@ -296,14 +376,17 @@ async def measure(setup: Setup) -> dict[str, float]:
         with worker_processes(stack, setup.workers, log_dir) as pids:
             await wait_for_pollers(stack.client, setup.workers)
             log(f"P6: {setup.workers} workers polling; pushing {setup.n} contacts")
-            commits, cpu = await settled_commits(stack.admin_dsn), cpu_seconds(pids)
+            processes = StackProcesses.find(stack, pids)
+            commits = await settled_commits(stack.admin_dsn)
+            cpu, push_cpu = processes.ticks(), _children_cpu_s()
             summary, elapsed = await asyncio.to_thread(run_push, stack, setup)
-            worker_cpu = cpu_seconds(pids) - cpu
+            cpu_after, push_cpu = processes.ticks(), _children_cpu_s() - push_cpu
             report = await sandbox.rate_limit()
             commits = await settled_commits(stack.admin_dsn) - commits
     shutil.rmtree(log_dir, ignore_errors=True)
     result = figures(setup, report, summary, elapsed)
-    result["worker_cpu_per_s"] = round(worker_cpu / elapsed, 2)  # cores busy, all workers
+    busy = {**cores_busy(cpu, cpu_after, elapsed), "push": round(push_cpu / elapsed, 2)}
+    result.update({f"cores_{name}": value for name, value in busy.items()})
     result["xacts_per_create"] = round(commits / setup.n, 2)
     return result
 
@@ -320,9 +403,11 @@ def _print(setup: Setup, r: dict[str, float], load: str) -> None:
         f"   end-to-end {r['end_to_end_per_s']}/s over {r['elapsed_s']} s, first-to-last POST "
         f"{r['remote_span_per_s']}/s; busiest {setup.window:g} s window {r['busiest_window']}, "
         f"first window {r['first_window']}, busiest 1 s {r['busiest_1s']}; "
-        f"workers {r['worker_cpu_per_s']} cores; {r['xacts_per_create']} Postgres xacts/create; "
+        f"{r['xacts_per_create']} Postgres xacts/create; "
         f"push admitted {r['admitted_per_s']}/s ({r['wake_deferred']:.0f} wake-ups deferred)"
     )
+    cores = ", ".join(f"{k[6:]} {v}" for k, v in r.items() if k.startswith("cores_"))
+    print(f"   cores busy over the push: {cores}")
     print(f"   load: {load}")
 
 
