@@ -1,5 +1,6 @@
 """`python -m bench`: P1 (creates/s over the floor's workflows/s) and P2 (Postgres
-transactions per create), written to bench/results/latest.json."""
+transactions per create), then P3, P7 and P6 from their own modules, all written to
+bench/results/latest.json."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from temporalio.worker import Worker
 
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
 from bench.ingress_bench import run_ingress_bench
+from bench.rate_bench import run_rate_bench
 from bench.saves_bench import run_saves_bench
 from bench.stack import DATABASE, BenchStack, bench_stack, record_id
 from db.pool import create_pool
@@ -168,6 +170,7 @@ async def main() -> None:
     _write({"P1": round(p1, 3), "P2": round(p2, 3)})
     await run_ingress_bench()  # P3 (issue 7): its own Postgres; merges into the same file
     await run_saves_bench()  # P7 (issue 12): the HTTP save API, likewise
+    await run_rate_bench()  # P6 (issue 12): push against a rate-limited remote, two workers
 
 
 if __name__ == "__main__":

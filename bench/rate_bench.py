@@ -1,0 +1,469 @@
+"""Benchmark P6 (issue 12): an initial sync against a rate-limited remote.
+
+N creates are reported through `connector-push push --all` (its own process) and
+sent by two `connector-push worker` processes (real processes, SIGKILL-able like
+production) to the sandbox remote, limited to LIMIT requests/s. The pack's profiles
+declare the same `rateLimit`, so the runtime paces the shared budget through
+Temporal's fairness keys (PROF-3). Reported, against the targets of issue 12:
+
+- P6: sustained creates/s at the remote over the limit (target >= 0.9), taken from
+  the sandbox's log of admitted requests over the middle 80% of the creates (the
+  start-up burst and the tail of the last stragglers are not "sustained");
+- P6_429_share: requests answered 429 over all requests (target <= 1%);
+- P6_parked: links parked when push settles (target 0).
+
+HubSpot-like pacing: HubSpot's burst limit is a 10-second rolling window per app
+and account (e.g. 100/10 s), so 50 requests/s is declared and enforced as
+500 per 10 s (`--window 10`, the default): the sandbox's token bucket holds 500
+tokens refilled at 50/s. `--window 1` is the stricter per-second variant
+(50 tokens), where any burst of Temporal's limiter draws 429s.
+
+`--limit 0` runs the same path with no limit anywhere: the system's own ceiling.
+
+    python -m bench.rate_bench [--n 2000] [--limit 50] [--window 10] [--workers 2]
+    BENCH_P6_N=300 python -m bench.rate_bench      # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import asyncpg
+import httpx
+import yaml
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+
+from activities.packs import apply_pack
+from bench.ingress_bench import ROOT, record
+from bench.stack import DATABASE, EXAMPLES, BenchStack, bench_stack
+from cli.stack.process import stop_process
+from sandbox.client import SandboxClient
+from sandbox.config import RateLimitConfig
+from sandbox.rate_limit import AppliedRequest, RateLimitReport, RateLimitSettings
+
+TASK_QUEUE: Final = "connector-push"
+OWNER: Final = "demo-owner"
+OBJECT_TYPE: Final = "contacts"
+PUSH_CONCURRENCY: Final = 16  # admissions in flight: well above the remote's pace
+SUSTAINED_SHARE: Final = 0.8  # the middle 80% of the creates
+IDLE_COMMITS: Final = 3  # per 1.2 s: the relay schedule and pollers of idle workers
+TARGETS: Final = "targets: P6 >= 0.9, 429 share <= 1%, parked 0"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Setup:
+    n: int
+    limit: float  # requests/s; 0 = no limit anywhere
+    window: float  # seconds of the declared and enforced window
+    workers: int
+    concurrency: int
+
+    @property
+    def requests(self) -> int:
+        return round(self.limit * self.window)
+
+
+# -- the pack and the remote ---------------------------------------------------------
+
+
+def limited_manifest(sandbox_url: str, setup: Setup) -> dict[str, object]:
+    """The demo pack on this sandbox, every profile declaring the sandbox's own limit."""
+    text = (EXAMPLES / "demo-pack.yaml").read_text()
+    manifest: dict[str, object] = yaml.safe_load(
+        re.sub(r"baseUrl: http://127\.0\.0\.1:\d+", f"baseUrl: {sandbox_url}", text)
+    )
+    profiles = manifest["profiles"]
+    assert isinstance(profiles, list)
+    for profile in profiles:
+        profile.pop("rateLimit", None)
+        if setup.limit:
+            profile["rateLimit"] = {"requests": setup.requests, "perSeconds": setup.window}
+    return manifest
+
+
+async def prepare(stack: BenchStack, sandbox: SandboxClient, setup: Setup) -> None:
+    conn = await asyncpg.connect(stack.dsn)
+    try:
+        await apply_pack(conn, limited_manifest(stack.sandbox_url, setup))
+    finally:
+        await conn.close()
+    await sandbox.reset()
+    if setup.limit:
+        bucket = RateLimitConfig(requests=setup.requests, per_seconds=setup.window)
+        await sandbox.set_rate_limit(RateLimitSettings(rate_limit=bucket))
+    else:
+        await sandbox.set_rate_limit(RateLimitSettings())
+
+
+# -- processes -----------------------------------------------------------------------
+
+
+def _env(stack: BenchStack) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": stack.dsn,
+        "TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": stack.client.namespace,
+        "CONNECTOR_PUSH_TASK_QUEUE": TASK_QUEUE,
+        "CONNECTOR_PUSH_LOG_LEVEL": "WARNING",
+    }
+
+
+@contextmanager
+def worker_processes(stack: BenchStack, count: int, log_dir: Path) -> Iterator[list[int]]:
+    """`connector-push worker` processes; yields their pids."""
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(count):
+            with (log_dir / f"worker-{i}.log").open("wb") as out:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "cli", "worker"],
+                        env=_env(stack),
+                        cwd=ROOT,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        yield [p.pid for p in processes]
+        dead = [p.args for p in processes if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"a worker exited during the run; see {log_dir}")
+    finally:
+        for process in processes:
+            stop_process(process, 30)
+
+
+async def wait_for_pollers(client: Client, count: int) -> None:
+    """Until `count` workers poll the activity queue (each set the fairness limit first)."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=TASK_QUEUE),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    )
+    async with asyncio.timeout(120):
+        while True:
+            pollers = (await client.workflow_service.describe_task_queue(request)).pollers
+            if len({p.identity for p in pollers}) >= count:
+                return
+            await asyncio.sleep(0.2)  # poll interval; the poller list is the condition
+
+
+def run_push(stack: BenchStack, setup: Setup) -> tuple[dict[str, object], float]:
+    """`connector-push push --all --json` until every save settles; (summary, seconds)."""
+    command = [sys.executable, "-m", "cli", "push", "--owner-key", OWNER]
+    command += ["--action-slot", "push-contact", "--user", "bench", "--all", "--json"]
+    command += ["--concurrency", str(setup.concurrency)]
+    started = time.monotonic()
+    done = subprocess.run(
+        command,
+        env=_env(stack),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=max(600.0, 20 * setup.n / (setup.limit or 10)),
+    )
+    elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"push exited {done.returncode}: {done.stderr[-2000:]}")
+    summary: dict[str, object] = json.loads(done.stdout)
+    return summary, elapsed
+
+
+# -- where the CPU went (Linux /proc): the machine is shared, so say who used it ----------
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name: [state, ppid, ...] (fields 3 onwards)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu_ticks(pid: int, reaped_children: bool = False) -> int:
+    """utime + stime, plus the CPU of children it reaped (Postgres reaps its backends)."""
+    try:
+        fields = _stat(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    own = int(fields[11]) + int(fields[12])
+    return own + (int(fields[13]) + int(fields[14]) if reaped_children else 0)
+
+
+def _pids_with(*tokens: str) -> list[int]:
+    """Processes whose command line holds every token (as whole arguments)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in args]
+        pairs = {f"{a} {b}" for a, b in itertools.pairwise(words)}
+        if all(t in words or t in pairs for t in tokens):
+            found.append(int(entry.name))
+    return found
+
+
+@dataclass(frozen=True)
+class StackProcesses:
+    """The stack's long-running processes, found by the ports they were given."""
+
+    workers: list[int]
+    temporal: list[int]
+    postgres: list[int]  # the postmaster
+    sandbox: list[int]
+
+    @classmethod
+    def find(cls, stack: BenchStack, workers: list[int]) -> StackProcesses:
+        temporal_port = stack.client.service_client.config.target_host.rsplit(":", 1)[1]
+        return cls(
+            workers=workers,
+            temporal=_pids_with("start-dev", f"--port {temporal_port}"),
+            postgres=_pids_with("-D", f"-p {httpx.URL(stack.dsn).port}"),
+            sandbox=_pids_with("sandbox", f"--port {httpx.URL(stack.sandbox_url).port}"),
+        )
+
+    def ticks(self) -> dict[str, int]:
+        postmaster = self.postgres[0] if self.postgres else -1
+        backends = _children(postmaster)
+        return {
+            "workers": sum(_cpu_ticks(p) for p in self.workers),
+            "temporal": sum(_cpu_ticks(p) for p in self.temporal),
+            "postgres": _cpu_ticks(postmaster, True) + sum(_cpu_ticks(p) for p in backends),
+            "sandbox": sum(_cpu_ticks(p) for p in self.sandbox),
+        }
+
+
+def _children(parent: int) -> list[int]:
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int(_stat(int(entry.name))[1]) == parent:
+                    children.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return children
+
+
+def _children_cpu_s() -> float:
+    """CPU of this process's reaped children (the push process, once it has exited)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cores_busy(before: dict[str, int], after: dict[str, int], seconds: float) -> dict[str, float]:
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {k: round((after[k] - before[k]) / ticks / seconds, 2) for k in before}
+
+
+async def xact_commits(admin_dsn: str) -> int:
+    """Committed transactions of the bench database, read from another database."""
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        value = await conn.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", DATABASE
+        )
+        return int(value)
+    finally:
+        await conn.close()
+
+
+async def settled_commits(admin_dsn: str) -> int:
+    """A reading once backends have flushed their counters (they do within about a
+    second of going idle); idle workers still commit about one transaction a second."""
+    last = await xact_commits(admin_dsn)
+    for _ in range(10):
+        await asyncio.sleep(1.2)
+        now = await xact_commits(admin_dsn)
+        if now - last <= IDLE_COMMITS:
+            return now
+        last = now
+    return last
+
+
+# -- figures -------------------------------------------------------------------------
+
+
+def busiest(times: Sequence[float], window: float) -> int:
+    """The most requests in any rolling window of `window` seconds (times sorted)."""
+    start, best = 0, 0
+    for end, at in enumerate(times):
+        while times[start] <= at - window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def sustained_rate(times: Sequence[float]) -> float:
+    """Requests/s over the middle SUSTAINED_SHARE of the requests (times sorted)."""
+    skip = round(len(times) * (1 - SUSTAINED_SHARE) / 2)
+    first, last = skip, len(times) - 1 - skip
+    if last <= first:
+        return 0.0
+    return (last - first) / (times[last] - times[first])
+
+
+def first_window(times: Sequence[float], window: float) -> int:
+    return sum(1 for t in times if t < times[0] + window) if times else 0
+
+
+def figures(
+    setup: Setup, report: RateLimitReport, summary: dict[str, object], elapsed: float
+) -> dict[str, float]:
+    posts: list[AppliedRequest] = [
+        r for r in report.applied if r.object_type == OBJECT_TYPE and r.method == "POST"
+    ]
+    times = sorted(r.at for r in posts)
+    applied = sum(1 for r in report.applied if r.object_type == OBJECT_TYPE)
+    throttled = report.throttled.get(OBJECT_TYPE, 0)
+    sustained = sustained_rate(times)
+    reference = setup.limit or 1.0
+    return {
+        "creates_per_s": round(sustained, 2),
+        "ratio": round(sustained / reference, 3),
+        "429_share": round(throttled / max(1, throttled + applied), 4),
+        "429s": throttled,
+        "parked": float(summary["parked"]),  # type: ignore[arg-type]
+        "finalized": float(summary["finalized"]),  # type: ignore[arg-type]
+        "end_to_end_per_s": round(setup.n / elapsed, 2),
+        "remote_span_per_s": round((len(times) - 1) / max(1e-6, times[-1] - times[0]), 2),
+        "busiest_window": busiest(times, setup.window),
+        "busiest_1s": busiest(times, 1.0),
+        "first_window": first_window(times, setup.window),
+        "posts": len(times),
+        "elapsed_s": round(elapsed, 1),
+        "admitted_per_s": float(summary["admitted_per_s"]),  # type: ignore[arg-type]
+        "wake_deferred": float(summary["wake_deferred"]),  # type: ignore[arg-type]
+    }
+
+
+# -- the run -------------------------------------------------------------------------
+
+
+async def measure(setup: Setup) -> dict[str, float]:
+    async with (
+        bench_stack(setup.n) as stack,
+        httpx.AsyncClient(timeout=30.0) as http,
+    ):
+        sandbox = SandboxClient(stack.sandbox_url, http)
+        await prepare(stack, sandbox, setup)
+        log_dir = Path(tempfile.mkdtemp(prefix="cp-bench-p6-"))  # kept if a worker fails
+        with worker_processes(stack, setup.workers, log_dir) as pids:
+            await wait_for_pollers(stack.client, setup.workers)
+            log(f"P6: {setup.workers} workers polling; pushing {setup.n} contacts")
+            processes = StackProcesses.find(stack, pids)
+            commits = await settled_commits(stack.admin_dsn)
+            cpu, push_cpu = processes.ticks(), _children_cpu_s()
+            summary, elapsed = await asyncio.to_thread(run_push, stack, setup)
+            cpu_after, push_cpu = processes.ticks(), _children_cpu_s() - push_cpu
+            report = await sandbox.rate_limit()
+            commits = await settled_commits(stack.admin_dsn) - commits
+    shutil.rmtree(log_dir, ignore_errors=True)
+    result = figures(setup, report, summary, elapsed)
+    busy = {**cores_busy(cpu, cpu_after, elapsed), "push": round(push_cpu / elapsed, 2)}
+    result.update({f"cores_{name}": value for name, value in busy.items()})
+    result["xacts_per_create"] = round(commits / setup.n, 2)
+    return result
+
+
+def _print(setup: Setup, r: dict[str, float], load: str) -> None:
+    limit = f"{setup.requests}/{setup.window:g} s" if setup.limit else "none"
+    print(
+        f"P6 N={setup.n} limit {limit} ({setup.limit:g}/s) workers {setup.workers}: "
+        f"sustained {r['creates_per_s']}/s = {r['ratio']} of the limit, "
+        f"429 share {r['429_share']:.2%} ({r['429s']:.0f}), parked {r['parked']:.0f}, "
+        f"finalized {r['finalized']:.0f}  [{TARGETS}]"
+    )
+    print(
+        f"   end-to-end {r['end_to_end_per_s']}/s over {r['elapsed_s']} s, first-to-last POST "
+        f"{r['remote_span_per_s']}/s; busiest {setup.window:g} s window {r['busiest_window']}, "
+        f"first window {r['first_window']}, busiest 1 s {r['busiest_1s']}; "
+        f"{r['xacts_per_create']} Postgres xacts/create; "
+        f"push admitted {r['admitted_per_s']}/s ({r['wake_deferred']:.0f} wake-ups deferred)"
+    )
+    cores = ", ".join(f"{k[6:]} {v}" for k, v in r.items() if k.startswith("cores_"))
+    print(f"   cores busy over the push: {cores}")
+    print(f"   load: {load}")
+
+
+def uptime() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+async def run_rate_bench(
+    n: int = 2000,
+    limit: float = 50.0,
+    window: float = 10.0,
+    workers: int = 2,
+    concurrency: int = PUSH_CONCURRENCY,
+    write: bool = True,
+) -> dict[str, float]:
+    """Measure P6, merge it into `bench/results/latest.json` (when `write`), return it."""
+    setup = Setup(n, limit, window, workers, concurrency)
+    before = uptime()
+    result = await measure(setup)
+    load = f"{before} before, {uptime()} after"
+    _print(setup, result, load)
+    if write and limit:
+        record(
+            {
+                "P6": result["ratio"],
+                "P6_creates_per_s": result["creates_per_s"],
+                "P6_429_share": result["429_share"],
+                "P6_parked": result["parked"],
+                "P6_end_to_end_per_s": result["end_to_end_per_s"],
+                "P6_busiest_window": result["busiest_window"],
+                "P6_limit_per_s": limit,
+                "P6_window_s": window,
+                "P6_n": n,
+                "P6_load_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+    return result
+
+
+def main() -> None:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=int(env("BENCH_P6_N", "2000")))
+    parser.add_argument("--limit", type=float, default=float(env("BENCH_P6_LIMIT", "50")))
+    parser.add_argument("--window", type=float, default=float(env("BENCH_P6_WINDOW", "10")))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=PUSH_CONCURRENCY)
+    parser.add_argument("--no-write", action="store_true", help="do not touch latest.json")
+    args = parser.parse_args()
+    asyncio.run(
+        run_rate_bench(
+            args.n, args.limit, args.window, args.workers, args.concurrency, not args.no_write
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
