@@ -65,6 +65,10 @@ class Target:
         )
 
 
+# How often progress (finalized, parked) is read while saves are admitted or settle.
+WATCH_INTERVAL_S = 0.5
+
+
 @dataclass
 class Tally:
     """What this run did so far; read by the live display and the summary."""
@@ -227,7 +231,10 @@ async def push(
         admitting = asyncio.create_task(admit_all(run, record_ids, limit, tally))
         try:
             while not admitting.done() or (wait and not tally.settled):
-                await asyncio.wait([admitting], timeout=0.5)
+                if admitting.done():
+                    await asyncio.sleep(WATCH_INTERVAL_S)  # only watching now: poll, not spin
+                else:
+                    await asyncio.wait([admitting], timeout=WATCH_INTERVAL_S)
                 await watch(pool, tally)
                 if live is not None:
                     live.update(tally.line())

@@ -6,13 +6,14 @@ from typing import Any
 
 import pytest
 
-from protocol.manifest import ManifestInvalid
+from protocol.manifest import ManifestInvalid, RateLimit
 from protocol.rate_limit import (
-    HEADROOM,
+    BURST_ALLOWANCE,
     budget_key,
     budget_rates,
     destination_budget,
     fairness_weight,
+    paced_per_second,
 )
 from tests.unit.factories import demo_manifest
 
@@ -34,16 +35,18 @@ def test_the_demo_profiles_share_one_budget_at_the_declared_rate() -> None:
 
     keys = {b.key for b in budgets.values() if b is not None}
     assert keys == {budget_key("sandbox-portal", "env:SANDBOX_TOKEN")}
-    # Only one profile declares the limit; the others spend the same credential.
-    assert {b.per_second for b in budgets.values() if b is not None} == {10.0}
+    # Only one profile declares the limit (100 per 10 s), paced at 9/s (10 kept for the
+    # limiter's start-up burst); the others spend the same credential.
+    assert {b.per_second for b in budgets.values() if b is not None} == {9.0}
 
 
 def test_the_smallest_declared_limit_wins_for_a_shared_budget() -> None:
     manifest = demo_manifest(_limit(0, 100))
     other = demo_manifest(_limit(1, 20)).model_copy(update={"connector_owner_key": "other"})
 
+    # 20 per 10 s paces at half its rate (the floor): 1/s, slower than 100 per 10 s.
     assert budget_rates([manifest, other]) == {
-        budget_key("sandbox-portal", "env:SANDBOX_TOKEN"): 2.0
+        budget_key("sandbox-portal", "env:SANDBOX_TOKEN"): 1.0
     }
 
 
@@ -66,9 +69,28 @@ def test_keys_differ_by_scope_and_credential_and_fit_temporal() -> None:
     assert "env:A" not in key and len(key.encode()) <= 64  # Temporal's fairness-key bound
 
 
-def test_the_weight_paces_below_the_declared_rate() -> None:
-    assert fairness_weight(10.0, 1000.0) == pytest.approx(10.0 * HEADROOM / 1000.0)
-    assert HEADROOM < 1
+def test_the_weight_scales_the_default_rate_to_the_paced_rate() -> None:
+    assert fairness_weight(10.0, 1000.0) == pytest.approx(10.0 / 1000.0)
+
+
+@pytest.mark.parametrize(
+    ("requests", "per_seconds", "paced"),
+    [
+        (500, 10, 49.0),  # bench P6: 0.98 of 50/s
+        (100, 10, 9.0),
+        (40, 10, 3.0),
+        (50, 1, 40.0),
+        (5, 1, 2.5),  # the floor: half the rate
+        (10_000, 10, 980.0),  # the ceiling: 0.98
+    ],
+)
+def test_pacing_keeps_the_limiters_burst_inside_every_window(
+    requests: int, per_seconds: float, paced: float
+) -> None:
+    limit = RateLimit(requests=requests, per_seconds=per_seconds)
+    assert paced_per_second(limit) == pytest.approx(paced)
+    burst = BURST_ALLOWANCE
+    assert paced * per_seconds + min(burst, requests / 2) <= requests
 
 
 @pytest.mark.parametrize(
