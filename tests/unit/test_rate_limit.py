@@ -35,9 +35,9 @@ def test_the_demo_profiles_share_one_budget_at_the_declared_rate() -> None:
 
     keys = {b.key for b in budgets.values() if b is not None}
     assert keys == {budget_key("sandbox-portal", "env:SANDBOX_TOKEN")}
-    # Only one profile declares the limit (100 per 10 s), paced at 9/s (10 kept for the
-    # limiter's start-up burst); the others spend the same credential.
-    assert {b.per_second for b in budgets.values() if b is not None} == {9.0}
+    # Only one profile declares the limit (100 per 10 s), paced at 8/s (20 kept for the
+    # limiter's burst); the others spend the same credential.
+    assert {b.per_second for b in budgets.values() if b is not None} == {8.0}
 
 
 def test_the_smallest_declared_limit_wins_for_a_shared_budget() -> None:
@@ -76,11 +76,11 @@ def test_the_weight_scales_the_default_rate_to_the_paced_rate() -> None:
 @pytest.mark.parametrize(
     ("requests", "per_seconds", "paced"),
     [
-        (500, 10, 49.0),  # bench P6: 0.98 of 50/s
-        (100, 10, 9.0),
-        (40, 10, 3.0),
-        (50, 1, 40.0),
-        (5, 1, 2.5),  # the floor: half the rate
+        (500, 10, 48.0),  # bench P6: 0.96 of 50/s
+        (100, 10, 8.0),
+        (40, 10, 2.0),  # the floor: half the rate
+        (50, 1, 30.0),
+        (5, 1, 2.5),
         (10_000, 10, 980.0),  # the ceiling: 0.98
     ],
 )
