@@ -213,7 +213,9 @@ def _attempt_evidence(ev: Evidence) -> Iterable[dict[str, object]]:
                 f"attempt #{ordinal} ({a['status']}) has remote_io_started_at NULL although the "
                 f"ledger holds its create (seq {landed[0].seq}, object {landed[0].object_id})",
             )
-        possible = a["started"] or bool(landed)
+        # Effect possible: the ledger holds its create, or a journalled try may have landed
+        # (a checkpoint stays set after tries that provably never left, JRN-2).
+        possible = a["journal_possible"] or bool(landed)
         failed = a["status"] in ("terminal_failed", "superseded")
         if possible and failed and not definite(a["response_snapshot"]):
             yield violation(
@@ -235,7 +237,7 @@ def _patch_evidence(ev: Evidence) -> Iterable[dict[str, object]]:
                 f"PATCH {p['patch_id']} ({p['status']}) has remote_io_started_at NULL although "
                 f"the ledger holds it (seq {landed[0].seq})",
             )
-        possible = p["started"] or bool(landed)
+        possible = p["journal_possible"] or bool(landed)
         if possible and p["status"] == "failed" and not definite(p["response_snapshot"]):
             yield violation(
                 "effect_possible_terminal",

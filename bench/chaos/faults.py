@@ -120,7 +120,7 @@ class SandboxFaults:
 
     def draw(self) -> list[FaultRuleSpec]:
         kinds = self._rng.choices(list(RULE_KINDS), list(RULE_KINDS.values()), k=RULES_PER_CYCLE)
-        return [draw_rule(self._rng, k, self._rng.uniform(0.2, 0.5)) for k in kinds]
+        return [draw_rule(self._rng, k, self._rng.uniform(0.3, 0.6)) for k in kinds]
 
     async def burst_before_outage(self) -> None:
         """Make POSTs land and lose their answer right before the remote goes away

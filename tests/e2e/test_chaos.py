@@ -86,6 +86,7 @@ def _attempt(ordinal: int, status: str, *, started: bool, response: object = Non
         "attempt_ordinal": ordinal,
         "dispatch_lane": "configured",
         "started": started,
+        "journal_possible": started,  # hand-made: a try that passed its fence may have landed
         "request_idempotency_key": f"key-{ordinal}",
         "locator": None,
         "body_hash": f"frozen-{ordinal}",
@@ -144,3 +145,13 @@ def test_checker_accepts_a_definite_rejection_but_not_an_unlisted_park() -> None
     unlisted = _verdict(ledger, [rejected, parked], set())
     assert [v["kind"] for v in unlisted] == ["parked_not_listed"]
     assert _verdict(ledger, [rejected, parked], {link_workflow_id(KEY)}) == []
+
+
+def test_checker_accepts_terminal_when_the_journal_proves_nothing_left() -> None:
+    # Every try of the attempt was refused before it left (connection refused): the
+    # checkpoint stays set (JRN-2), the journal says no try may have landed, the ledger
+    # agrees, so terminal_failed and a supersede are legitimate.
+    ledger = [_create(1, "7", "key-2")]
+    proven = {**_attempt(1, "superseded", started=True), "journal_possible": False}
+    attempts = [proven, _attempt(2, "finalized", started=True)]
+    assert _verdict(ledger, attempts, set()) == []
