@@ -31,6 +31,7 @@ from protocol.messages import (
 from protocol.operator import OperatorAction
 from protocol.outcome import (
     PatchConflict,
+    PatchEtagMoved,
     PatchRetry,
     PatchSucceeded,
     Transport,
@@ -87,10 +88,13 @@ class LinkOpsActivities(LinkActivityBase):
 
     async def _resolve_conflict(
         self, plan: PatchSend, conflict: PatchConflict
-    ) -> PatchConflict | PatchSucceeded | PatchRetry:
-        """PROF-2: a 409/412 after a try of ours that may have landed: read the object back;
-        if it holds exactly what we sent, that try applied it."""
-        decision = on_patch_conflict(plan.earlier_may_have_landed, plan.contract)
+    ) -> PatchConflict | PatchSucceeded | PatchEtagMoved | PatchRetry:
+        """PROF-2: a 409/412 after a write of ours that may have landed (an earlier try of
+        this PATCH, or an earlier PATCH that ended ambiguous): read the object back. Holding
+        this PATCH's values, it was applied; holding an earlier PATCH's, the entity tag moved
+        because of us and this PATCH goes again; anything else is a real conflict."""
+        earlier = plan.earlier_may_have_landed + len(plan.earlier_bodies)
+        decision = on_patch_conflict(earlier, plan.contract)
         if decision.step is not Step.READ_BACK:
             return conflict
         read = await self._read_back(plan.contract, plan.link, plan.path)
@@ -99,6 +103,8 @@ class LinkOpsActivities(LinkActivityBase):
         document, etag = read
         if readback_matches(plan.body, document):
             return PatchSucceeded(etag=etag)
+        if any(readback_matches(body, document) for body in plan.earlier_bodies):
+            return PatchEtagMoved(etag=etag)
         return conflict
 
     async def _read_back(

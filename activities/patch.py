@@ -16,6 +16,7 @@ not the ambiguous one landed. The dispatch stays visible in `links show`
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,6 +41,7 @@ from protocol.outcome import (
     Observation,
     PatchAmbiguous,
     PatchConflict,
+    PatchEtagMoved,
     PatchFailed,
     PatchOutcome,
     PatchRetry,
@@ -62,6 +64,9 @@ class PatchSend:
     headers: dict[str, str]
     contract: ProfileSnapshot  # frozen with the body (PROF-1, PROF-2)
     earlier_may_have_landed: int = 0  # tries before this one that may have reached the remote
+    # Bodies of this link's earlier PATCHes that may have landed since the stored entity
+    # tag was read (ambiguous ones): a 412 may be their doing, not someone else's (PROF-2).
+    earlier_bodies: tuple[Any, ...] = ()
 
 
 def findings_json(findings: tuple[Finding, ...] | list[Finding]) -> list[dict[str, Any]]:
@@ -79,11 +84,16 @@ async def plan_patch(conn: Conn, key: str) -> PatchSend | None:
     guard = precondition(link, row["remote_etag"])
     in_flight = await pq.in_flight_patch(conn, key)
     if in_flight is not None and in_flight["remote_io_started_at"] is not None:
-        return await _resume_sent(conn, in_flight, link, token, guard)
-    patch = in_flight or await pq.pending_patch(conn, key)
-    if patch is None or not await pq.claim_patch(conn, patch["patch_id"], token):
-        return None
-    return await _build(conn, key, link, patch, token, guard)
+        plan = await _resume_sent(conn, in_flight, link, token, guard)
+    else:
+        patch = in_flight or await pq.pending_patch(conn, key)
+        if patch is None or not await pq.claim_patch(conn, patch["patch_id"], token):
+            return None
+        plan = await _build(conn, key, link, patch, token, guard)
+    if plan is None or not guard or not plan.contract.readback:
+        return plan
+    earlier = tuple(jsonb(b) for b in await pq.ambiguous_bodies_since_etag(conn, key))
+    return dataclasses.replace(plan, earlier_bodies=earlier)
 
 
 def precondition(link: LinkSnapshot, etag: str | None) -> dict[str, str]:
@@ -208,6 +218,14 @@ async def record_outcome(
         case PatchSuspendLink(reason=reason, status=status):
             await _finish(conn, plan, "failed", f"remote {status}: {reason.value}", response)
             await _suspend(conn, plan.link.link_key, reason, f"PATCH answered {status}")
+        case PatchEtagMoved(etag=etag):
+            # Our own earlier PATCH moved the tag: keep the new one; the same frozen body
+            # goes again (this try's 412 proves it was not applied).
+            if etag:
+                await pq.set_remote_etag(conn, plan.link.link_key, etag)
+            return ApplicationError(
+                "entity tag moved by an earlier PATCH of ours; re-sending", type="PatchRetry"
+            )
         case PatchConflict(status=status):
             # A conflict the read-back did not resolve (or no read-back declared).
             reason = SuspendReason.REMOTE_CONFLICT

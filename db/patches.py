@@ -195,3 +195,20 @@ async def queue_patches(conn: Conn, users_by_key: dict[str, str | None]) -> None
         list(users_by_key),
         list(users_by_key.values()),
     )
+
+
+async def ambiguous_bodies_since_etag(conn: Conn, link_key: str) -> list[Any]:
+    """Bodies of the link's PATCHes that ended ambiguous after its last succeeded one (the
+    last time the entity tag was stored), newest first (PROF-2)."""
+    rows = await conn.fetch(
+        """
+        SELECT body FROM connector_patch_dispatch
+        WHERE link_key = $1 AND status = 'ambiguous_remote_effect' AND body IS NOT NULL
+          AND created_at > COALESCE(
+              (SELECT max(created_at) FROM connector_patch_dispatch
+               WHERE link_key = $1 AND status = 'succeeded'), '-infinity')
+        ORDER BY created_at DESC LIMIT 10
+        """,
+        link_key,
+    )
+    return [r["body"] for r in rows]

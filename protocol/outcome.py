@@ -224,6 +224,14 @@ class PatchAmbiguous(Snapshot):
     reason: str
 
 
+class PatchEtagMoved(Snapshot):
+    """PROF-2: the read-back shows an earlier PATCH of ours, not this one: the entity tag
+    moved because of us; store it and send this PATCH again."""
+
+    kind: Literal["patch_etag_moved"] = "patch_etag_moved"
+    etag: str | None
+
+
 class PatchConflict(Snapshot):
     """409/412: a remote conflict, unless an earlier try of ours caused it (PROF-2)."""
 
@@ -233,6 +241,7 @@ class PatchConflict(Snapshot):
 
 PatchOutcome = (
     PatchSucceeded
+    | PatchEtagMoved
     | PatchSuspendLink
     | PatchConflict
     | PatchFailed

@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -31,7 +32,7 @@ SELECT attempt_id::text AS attempt_id, link_key, status, attempt_ordinal, dispat
                  AND send_try_may_have_landed('create', j.outcome, j.status,
                                               j.not_applied_statuses)) AS journal_possible,
        request_snapshot->>'locator_value' AS locator, request_snapshot->>'body_hash' AS body_hash,
-       response_snapshot, remote_id, last_error, source_object, source_record_id
+       response_snapshot, remote_id, last_error, source_object, source_record_id, created_at
 FROM connector_push_attempt a
 """
 LINKS_SQL = """
@@ -56,6 +57,10 @@ def definite(response: Any) -> bool:
     snapshot = json.loads(response) if isinstance(response, str) else response
     status = snapshot.get("status") if isinstance(snapshot, dict) else None
     return isinstance(status, int) and 400 <= status < 500 and status not in RETRYABLE_4XX
+
+
+def _ledger_time(at: str) -> datetime:
+    return datetime.fromisoformat(at.replace("Z", "+00:00"))
 
 
 def body_sha256(body: Any) -> str | None:
@@ -115,12 +120,29 @@ class Evidence:
         for entry in self.ledger:
             if entry.kind != "create":
                 continue
-            keys = [entry.idempotency_key, entry.body_sha256, *entry.unique_values.values()]
-            owners = set().union(*(index.get(k, set()) for k in keys if k))
+            owners = self._owners(entry, index)
             if not owners:
                 self.unattributed.append(entry)
             for attempt_id in owners:
                 self.creates_of.setdefault(attempt_id, []).append(entry)
+
+    def _owners(self, entry: LedgerEntry, index: dict[str, set[str]]) -> set[str]:
+        """The strongest match wins: the idempotency key sent, then a unique locator value,
+        then the body's hash. Attempts of one link freeze the same body when the record did
+        not change in between (a supersede): the body then names the newest attempt that
+        existed when the remote applied the create."""
+        for keys in ([entry.idempotency_key], list(entry.unique_values.values())):
+            found = set().union(*(index.get(k, set()) for k in keys if k))
+            if found:
+                return found
+        found = index.get(entry.body_sha256, set())
+        rows = [a for a in self.attempts if a["attempt_id"] in found]
+        if len({a["link_key"] for a in rows}) != 1 or len(rows) == 1:
+            return set(found)
+        applied = _ledger_time(entry.at)
+        earlier = [a for a in rows if a.get("created_at") is None or a["created_at"] <= applied]
+        newest = max(earlier or rows, key=lambda a: a["attempt_ordinal"])
+        return {newest["attempt_id"]}
 
     def _join_patches(self) -> None:
         by_object = {(v["target_object"], v["remote_id"]): k for k, v in self.links.items()}

@@ -400,3 +400,36 @@ async def test_the_crm_entry_starts_the_workflow_already_paced(stack: Stack) -> 
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
     assert scheduled[0].priority.fairness_key == given.budget.fairness_key
+
+
+async def test_a_412_caused_by_our_own_earlier_ambiguous_patch_is_not_a_conflict(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """Found by `make chaos`: a PATCH that may have landed ends ambiguous (not replay-safe
+    here), so the stored ETag is stale; the next save's PATCH gets 412. The read-back
+    shows the earlier PATCH's values: the tag moved because of us, so it is stored and
+    the new PATCH is sent again (200), instead of suspending `remote_conflict`."""
+    document = demo_manifest(remote.url)
+    for profile in document["profiles"]:  # type: ignore[union-attr]
+        if profile["name"] == "sandbox-locator":
+            profile["idempotency"] = {"patchReplaySafe": False}
+    async with stack.pool.acquire() as conn:
+        await apply_pack(conn, document)
+    link = await _finalized_deal(stack)
+    key = link["link_key"]
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(method="PATCH", path=DEALS, action="hang_after_effect", nth=1)
+    )
+    await _save_deal_amount(stack, "100")
+    [first] = await _settled(stack, key, 1)
+    assert first["status"] == "ambiguous_remote_effect"
+    await _save_deal_amount(stack, "200")
+    rows = await _settled(stack, key, 2)
+    assert [r["status"] for r in rows] == ["ambiguous_remote_effect", "succeeded"]
+    current = await stack.link(key)
+    assert current is not None and current["status"] == "finalized"
+    async with httpx.AsyncClient(base_url=remote.url) as http:
+        obj = (await http.get(f"/crm/v3/objects/deals/{link['remote_id']}")).json()
+    assert obj["properties"]["amount"] == "200"
+    statuses = [p.status for p in await stack.sandbox.ledger(object_type="deals", kind="patch")]
+    assert statuses[-1] == 200
