@@ -188,11 +188,16 @@ def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
     console.print(f"\nCtrl-C stops everything; data stays in {config.data_dir} for the next run.")
 
 
-async def _watch(stack: DevStack) -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """Ctrl-C / SIGTERM set the returned event (instead of raising KeyboardInterrupt)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _watch(stack: DevStack, stop: asyncio.Event) -> None:
     while not stop.is_set():
         if exited := stack.children.first_exited():
             log = stack.children.log_dir / f"{exited.name}.log"
@@ -206,8 +211,11 @@ async def _run(config: DevConfig) -> None:
     stack = DevStack(config)
     try:
         endpoints = await stack.start()
+        # Before "up" is printed: a Ctrl-C right after it stops cleanly (exit 0), not
+        # with a KeyboardInterrupt racing the handler's installation (exit 130).
+        stop = _stop_on_signals()
         _print_endpoints(endpoints, config)
-        await _watch(stack)
+        await _watch(stack, stop)
     finally:
         console.print("stopping…")
         stack.stop()
