@@ -10,7 +10,9 @@ budget's weight brings its key down to its own pace. Measured on the dev server
 
 from __future__ import annotations
 
+import asyncio
 import time
+import weakref
 from typing import Final
 
 import asyncpg
@@ -69,14 +71,20 @@ async def _remote_budget(conn: Conn, link_key: str) -> RemoteBudgetResult:
 # costs no Postgres round trip (P2), and a pack's new limit applies within the interval.
 RATES_TTL_S: Final = 10.0
 _rates: tuple[float, dict[str, float]] | None = None
+# One refresh at a time per event loop: a burst of saves reads the packs once.
+_refreshing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def _cached_rates(pool: asyncpg.Pool) -> dict[str, float]:
     global _rates
-    now = time.monotonic()
-    if _rates is None or _rates[0] < now:
-        _rates = (now + RATES_TTL_S, await current_budget_rates(pool))
-    return _rates[1]
+    lock = _refreshing.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+    async with lock:
+        now = time.monotonic()
+        if _rates is None or _rates[0] < now:
+            _rates = (now + RATES_TTL_S, await current_budget_rates(pool))
+        return _rates[1]
 
 
 async def reservation_budget(
