@@ -97,8 +97,9 @@ async def reservation_budget(
 
 
 async def current_budget_rates(pool: asyncpg.Pool) -> dict[str, float]:
-    """Each limited budget's declared rate, from every active pack."""
-    async with pool.acquire() as conn:
+    """Each limited budget's paced rate, from every active pack, read in one transaction
+    (one snapshot of which installs are active, and one round of commits, not one each)."""
+    async with pool.acquire() as conn, conn.transaction():
         return budget_rates(await active_manifests(conn))
 
 
