@@ -19,7 +19,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -45,6 +44,7 @@ from sandbox.client import SandboxClient
 from sandbox.config import RateLimitConfig, SandboxConfig
 from sandbox.rate_limit import AppliedRequest, RateLimitSettings
 from sandbox.server import BackgroundSandbox
+from tests.e2e.support import eventually
 from worker.crm import report_save, workflow_id
 from worker.runtime import PASSTHROUGH_MODULES, build_worker, remote_http_client
 from workflows.link import LinkWorkflow
@@ -111,10 +111,12 @@ async def push_all(pool: asyncpg.Pool, client: Client, task_queue: str, ids: lis
 
 
 async def wait_for_creates(sandbox: SandboxClient, count: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while len(await sandbox.ledger("contacts", "create")) < count:
-        assert time.monotonic() < deadline, f"fewer than {count} creates in {timeout_s}s"
-        await asyncio.sleep(0.2)  # poll interval; the ledger is the condition
+    await eventually(
+        lambda: sandbox.ledger("contacts", "create"),
+        lambda creates: len(creates) >= count,
+        timeout_s=timeout_s,
+        interval_s=0.2,
+    )
 
 
 def busiest_window(applied: list[AppliedRequest]) -> int:
@@ -166,13 +168,12 @@ async def wait_for_pollers(client: Client, task_queue: str, count: int) -> None:
         task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
     )
-    deadline = time.monotonic() + 60
-    while True:
+
+    async def identities() -> set[str]:
         pollers = (await client.workflow_service.describe_task_queue(request)).pollers
-        if len({p.identity for p in pollers}) >= count:
-            return
-        assert time.monotonic() < deadline, "worker processes did not start polling"
-        await asyncio.sleep(0.2)  # poll interval; the poller list is the condition
+        return {p.identity for p in pollers}
+
+    await eventually(identities, lambda found: len(found) >= count, timeout_s=60, interval_s=0.2)
 
 
 async def test_two_worker_processes_keep_every_window_within_the_profile_limit(
