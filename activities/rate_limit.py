@@ -11,8 +11,12 @@ budget's weight brings its key down to its own pace. Measured on the dev server
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import Final
 
 import asyncpg
@@ -23,6 +27,7 @@ from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
 from temporalio.client import Client
 
 from activities.packs import active_manifests, get_install
+from db.notify import PACKS_CHANGED_CHANNEL, database_key, listening
 from db.rate_limits import select_link_budget_row
 from db.records import Conn
 from protocol.rate_limit import (
@@ -39,6 +44,8 @@ from protocol.snapshots import CreateRequestSnapshot
 # Requests/s of a key at weight 1: keyless activities share the "" key at this rate.
 FAIRNESS_DEFAULT_PER_SECOND = 1000.0
 _IDENTITY = "connector-push rate limits"
+
+log = logging.getLogger(__name__)
 
 
 class RateLimitActivities:
@@ -67,24 +74,103 @@ async def _remote_budget(conn: Conn, link_key: str) -> RemoteBudgetResult:
     return RemoteBudgetResult(fairness_key=budget.key, fairness_weight=weight)
 
 
-# Declared rates of the active packs, re-read at most this often per process: a wake-up
-# costs no Postgres round trip (P2), and a pack's new limit applies within the interval.
+# Declared rates of the active packs, cached per pool. Beside a `pack_change_listener`
+# the cache holds until a pack changes (no periodic transaction, P2); without one (a
+# listener that could not start or was lost, a short-lived pool) it is re-read at most
+# this often, so a pack's new limit applies within the interval.
 RATES_TTL_S: Final = 10.0
-_rates: tuple[float, dict[str, float]] | None = None
-# One refresh at a time per event loop: a burst of saves reads the packs once.
-_refreshing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+
+
+@dataclass
+class _RateCache:
+    rates: dict[str, float] | None = None
+    read_generation: int = -1  # the generation the cached rates were read at
+    generation: int = 0  # bumped by every pack change notification
+    expires: float = 0.0
+    listeners: int = 0  # pack change listeners running on this database
+
+    def fresh(self, now: float) -> bool:
+        if self.rates is None or self.read_generation != self.generation:
+            return False
+        return self.listeners > 0 or now < self.expires
+
+    def invalidate(self) -> None:
+        self.generation += 1
+
+
+# Per database (every pool on it sees the same packs), for the life of the process.
+_caches: dict[str, _RateCache] = {}
+
+
+# One refresh at a time per database and event loop: a burst of saves reads the packs
+# once. (An asyncio lock belongs to one loop; loops, unlike pools, take weak references.)
+_refreshing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
     weakref.WeakKeyDictionary()
 )
 
 
+def _cache(pool: asyncpg.Pool) -> _RateCache:
+    return _caches.setdefault(database_key(pool), _RateCache())
+
+
+def _lock(pool: asyncpg.Pool) -> asyncio.Lock:
+    locks = _refreshing.setdefault(asyncio.get_running_loop(), {})
+    return locks.setdefault(database_key(pool), asyncio.Lock())
+
+
 async def _cached_rates(pool: asyncpg.Pool) -> dict[str, float]:
-    global _rates
-    lock = _refreshing.setdefault(asyncio.get_running_loop(), asyncio.Lock())
-    async with lock:
-        now = time.monotonic()
-        if _rates is None or _rates[0] < now:
-            _rates = (now + RATES_TTL_S, await current_budget_rates(pool))
-        return _rates[1]
+    cache = _cache(pool)
+    async with _lock(pool):
+        if not cache.fresh(time.monotonic()):
+            # A change notified while this read runs bumps the generation again, so the
+            # rates read here are used for this call only and re-read on the next.
+            generation = cache.generation
+            rates = await current_budget_rates(pool)
+            cache.rates, cache.read_generation = rates, generation
+            cache.expires = time.monotonic() + RATES_TTL_S
+        assert cache.rates is not None
+        return cache.rates
+
+
+@asynccontextmanager
+async def pack_change_listener(pool: asyncpg.Pool) -> AsyncIterator[None]:
+    """While the block runs, `pool`'s cached budget rates are re-read only after a pack
+    change (migration 0011 notifies). If the listener cannot start, the block runs with
+    the timed re-read and a warning: pacing is best effort, admission is not held up."""
+    cache = _cache(pool)
+    running = False
+
+    def lost() -> None:
+        nonlocal running
+        if running:
+            running = False
+            cache.listeners -= 1
+        cache.invalidate()
+
+    async with AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(
+                listening(pool, PACKS_CHANGED_CHANNEL, cache.invalidate, lost)
+            )
+        except (OSError, TimeoutError, asyncpg.PostgresError) as error:
+            log.warning(
+                "pack change listener not started (%s): budget rates re-read every %.0f s",
+                type(error).__name__,
+                RATES_TTL_S,
+            )
+        else:
+            running = True
+            cache.listeners += 1
+            cache.invalidate()  # rates read before LISTEN took effect may be stale
+        try:
+            yield
+        finally:
+            lost()
+
+
+async def warm_budget_rates(pool: asyncpg.Pool) -> None:
+    """Read the budget rates now, so the first save does not wait for them."""
+    await _cached_rates(pool)
 
 
 async def reservation_budget(

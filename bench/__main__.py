@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
+from activities.rate_limit import pack_change_listener, warm_budget_rates
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
 from bench.ingress_bench import run_ingress_bench
 from bench.rate_bench import run_rate_bench
@@ -117,11 +118,15 @@ async def create_rate(client: Client, stack: BenchStack, n: int) -> tuple[float,
     # costs, not the pool's warm-up (a connection's set-up runs statements of its own).
     pool = await create_pool(stack.dsn, min_size=POOL_SIZE, max_size=POOL_SIZE)
     try:
-        before = await _settled(stats)
-        try:
-            elapsed, polls = await _creates(client, pool, queue, stack.dsn, n)
-        finally:
-            await pool.close()  # a closing backend flushes its counters at once
+        # Likewise the per-process cache of budget rates: read once and kept until a pack
+        # changes, as in `push` and the ingress (not a cost of each create).
+        async with pack_change_listener(pool):
+            await warm_budget_rates(pool)
+            before = await _settled(stats)
+            try:
+                elapsed, polls = await _creates(client, pool, queue, stack.dsn, n)
+            finally:
+                await pool.close()  # a closing backend flushes its counters at once
         after = await _settled(stats)
     finally:
         await stats.close()

@@ -25,6 +25,7 @@ from rich.text import Text
 from temporalio.client import Client
 
 from activities.packs import get_active_pack
+from activities.rate_limit import pack_change_listener
 from activities.save_entry import WakeStatus, admit_one, wake_best_effort
 from cli.database import AsJson, DatabaseUrl, bad_input, echo_json, resolve_dsn
 from cli.entry import admission_pool, connect_best_effort, runtime_settings
@@ -224,7 +225,8 @@ async def push(
     live: Live | None,
 ) -> None:
     settings = runtime_settings()
-    async with admission_pool(dsn, max_size=concurrency + 1) as pool:
+    # The budget-rate cache beside a listener: no periodic re-read over a long push (P2).
+    async with admission_pool(dsn, max_size=concurrency + 1) as pool, pack_change_listener(pool):
         target = await resolve_target(pool, *target_args)
         client = await connect_best_effort(settings)
         run = Run(pool, client, settings.task_queue, target, concurrency)
