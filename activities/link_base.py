@@ -63,8 +63,13 @@ class LinkActivityBase:
         view = await self._view(conn, key)
         if view.needs_operator:
             return StepResult(kind=StepKind.PARKED, view=view)
-        kind = StepKind.FINALIZED if view.link_status is not None else StepKind.IDLE
-        return StepResult(kind=kind, view=view)
+        if view.link_status is None:
+            return StepResult(kind=StepKind.IDLE, view=view)
+        # LANE-2: a link finalized outside the create path (reconcile, backfill) wakes the
+        # deferred creates waiting on it here, at its workflow's next step, rather than at
+        # their periodic re-check. Wakes nobody once they have left the deferred lane.
+        dependants = await self._dependants(conn, view)
+        return StepResult(kind=StepKind.FINALIZED, view=view, dependants=dependants)
 
     @staticmethod
     async def _dependants(conn: Conn, view: LinkView) -> list[str]:
