@@ -21,6 +21,7 @@ def _register_all() -> None:
     # Each command module exposes `register(app)`; imported here so `--help` stays fast
     # to extend and no module does work at import time.
     from cli import (
+        audit_cmd,
         backfill_cmd,
         dev_cmd,
         ingress_cmd,
@@ -50,6 +51,7 @@ def _register_all() -> None:
         operator_cmds,
         revalidate_cmd,
         backfill_cmd,
+        audit_cmd,
     ):
         module.register(app)
 

@@ -81,6 +81,10 @@ async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
 
 @pytest.fixture
 async def links(conn: asyncpg.Connection) -> Links:
+    return await make_links(conn)
+
+
+async def make_links(conn: asyncpg.Connection) -> Links:
     """Three finalized links on one install, with sha256 fingerprints as real links carry."""
     old_pack = await insert_pack_install(conn)
     installs = {to: await insert_pack_install(conn, pack_document(*p)) for to, p in TARGETS.items()}
