@@ -30,6 +30,7 @@ def _register_all() -> None:
         migrate_cmd,
         operator_cmds,
         pack_cmd,
+        prune_cmd,
         push_cmd,
         records_cmd,
         revalidate_cmd,
@@ -52,6 +53,7 @@ def _register_all() -> None:
         revalidate_cmd,
         backfill_cmd,
         audit_cmd,
+        prune_cmd,
     ):
         module.register(app)
 

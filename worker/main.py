@@ -16,7 +16,7 @@ from worker.runtime import (
     remote_http_client,
     run_until,
 )
-from worker.schedules import ensure_relay_schedule
+from worker.schedules import ensure_prune_schedule, ensure_relay_schedule
 from worker.settings import RuntimeSettings
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,7 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     client = await connect_temporal(settings, sdk_runtime(settings))
     await ensure_search_attributes(client)
     await ensure_relay_schedule(client, settings.task_queue)
+    await ensure_prune_schedule(client, settings.task_queue, settings.prune_input())
     pool = await create_pool(settings.require_database_url(), min_size=2, max_size=20)
     try:
         await ensure_rate_limits(client, pool, settings.task_queue)
