@@ -35,6 +35,7 @@ def _register_all() -> None:
         records_cmd,
         revalidate_cmd,
         sandbox_cmd,
+        status_cmd,
         worker_cmd,
     )
 
@@ -54,6 +55,7 @@ def _register_all() -> None:
         backfill_cmd,
         audit_cmd,
         prune_cmd,
+        status_cmd,
     ):
         module.register(app)
 

@@ -18,6 +18,7 @@ from worker.runtime import (
 )
 from worker.schedules import ensure_prune_schedule, ensure_relay_schedule
 from worker.settings import RuntimeSettings
+from worker.status_gauges import publish_status
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     configure_logging(settings)
     configure_tracing(settings, "connector-push-worker")
     stop = stop or _stop_on_signals()
-    client = await connect_temporal(settings, sdk_runtime(settings))
+    runtime = sdk_runtime(settings)
+    client = await connect_temporal(settings, runtime)
     await ensure_search_attributes(client)
     await ensure_relay_schedule(client, settings.task_queue)
     await ensure_prune_schedule(client, settings.task_queue, settings.prune_input())
@@ -36,7 +38,12 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
         await ensure_rate_limits(client, pool, settings.task_queue)
         async with remote_http_client() as http:
             worker = build_worker(client, pool, http, settings.task_queue)
+            gauges = None
+            if runtime is not None:  # the status view beside the SDK metrics
+                gauges = asyncio.create_task(publish_status(pool, runtime.metric_meter, stop))
             await run_until(stop, worker)
+            if gauges is not None:
+                await gauges
     finally:
         await pool.close()
 
