@@ -166,7 +166,8 @@ async def _write(
     for member, receipt in zip(manifest.members, decision.receipts, strict=True):
         # The receipt first: the link's new pointer references it.
         await q.insert_receipt(conn, receipt)
-        moved = await q.move_link_mapping(conn, member, manifest.operation_id)
+        who = (manifest.approval.approved_by, manifest.approval.reason)
+        moved = await q.move_link_mapping(conn, member, manifest.operation_id, who)
         if moved is None or link_row_digest(moved) != receipt.after_row_digest:
             detail = "row changed under its lock" if moved else "compare-and-set matched no row"
             raise _CasLost(

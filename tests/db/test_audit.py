@@ -100,6 +100,10 @@ async def test_revalidate_apply_audits_each_member_and_validate_or_retry_audit_n
     assert json.loads(row["state_before"])["body_fingerprint"] == receipt.old_body_fingerprint
     assert json.loads(row["state_after"])["body_fingerprint"] == receipt.new_body_fingerprint
     assert json.loads(row["arguments"])["operation_id"] == "op-1"
+    stamped = await conn.fetch(
+        "SELECT last_operator, last_operator_reason FROM connector_remote_link"
+    )
+    assert {tuple(r) for r in stamped} == {("alice", "mapping v2")}  # the link's operator too
 
 
 async def test_a_rejected_revalidation_appends_nothing(
