@@ -42,10 +42,17 @@ async def _entries(
         return await q.entries(conn, link_key, since, limit)
 
 
+def _short(value: object) -> str:
+    """Digests, install ids and link keys to a recognisable prefix (`--json` has them whole)."""
+    text = str(value)
+    return text if len(text) <= 24 else text[:16] + "…"
+
+
 def _state(value: object) -> str:
     if not isinstance(value, dict):
-        return "-" if value is None else str(value)
-    return ", ".join(f"{k}={v}" for k, v in sorted(value.items()) if v is not None) or "-"
+        return "-" if value is None else _short(value)
+    shown = [f"{k}={_short(v)}" for k, v in sorted(value.items()) if v is not None]
+    return "\n".join(shown) or "-"
 
 
 def _print(records: list[AuditRecord]) -> None:
@@ -60,7 +67,7 @@ def _print(records: list[AuditRecord]) -> None:
             r.recorded_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
             escape(r.operator),
             r.command.value,
-            escape(r.link_key or "-"),
+            escape(_short(r.link_key or "-")),
             escape(r.reason or "-"),
             escape(_state(r.state_before)),
             escape(_state(r.state_after) + f" ({r.outcome})"),
