@@ -6,6 +6,9 @@ import asyncio
 import logging
 import signal
 
+import asyncpg
+from temporalio.runtime import Runtime
+
 from db.pool import create_pool
 from worker.client import connect_temporal, sdk_runtime
 from worker.observability import configure_logging, configure_tracing
@@ -38,14 +41,24 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
         await ensure_rate_limits(client, pool, settings.task_queue)
         async with remote_http_client() as http:
             worker = build_worker(client, pool, http, settings.task_queue)
-            gauges = None
-            if runtime is not None:  # the status view beside the SDK metrics
-                gauges = asyncio.create_task(publish_status(pool, runtime.metric_meter, stop))
-            await run_until(stop, worker)
-            if gauges is not None:
-                await gauges
+            gauges = _status_gauges(pool, runtime, stop)
+            try:
+                await run_until(stop, worker)
+            finally:
+                if gauges is not None:
+                    gauges.cancel()
+                    await asyncio.gather(gauges, return_exceptions=True)
     finally:
         await pool.close()
+
+
+def _status_gauges(
+    pool: asyncpg.Pool, runtime: Runtime | None, stop: asyncio.Event
+) -> asyncio.Task[None] | None:
+    """The status view beside the SDK metrics, when the worker serves metrics at all."""
+    if runtime is None:
+        return None
+    return asyncio.create_task(publish_status(pool, runtime.metric_meter, stop))
 
 
 def _stop_on_signals() -> asyncio.Event:

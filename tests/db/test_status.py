@@ -28,7 +28,7 @@ from tests.db.rows import (
     set_status,
 )
 from tests.e2e.support import eventually
-from worker.status_gauges import StatusGauges
+from worker.status_gauges import StatusGauges, publish_status
 
 
 @pytest.fixture
@@ -144,3 +144,22 @@ async def test_the_same_numbers_are_prometheus_gauges(conn: asyncpg.Connection) 
         lambda t: _gauge(t, "connector_push_status_suspended", 'surface="remote_deleted"') == 0,
     )
     assert _gauge(text, "connector_push_status_suspended", 'surface="drift:mapping"') == 3
+
+
+async def test_the_worker_loop_publishes_until_stopped(
+    conn: asyncpg.Connection, db_pool: asyncpg.Pool
+) -> None:
+    await _world(conn)
+    bind = f"127.0.0.1:{free_port()}"
+    runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=bind)))
+    stop = asyncio.Event()
+    loop = asyncio.create_task(publish_status(db_pool, runtime.metric_meter, stop))
+
+    async def scrape() -> str:
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            return (await http.get(f"http://{bind}/metrics")).text
+
+    text = await eventually(scrape, lambda t: "connector_push_status_links" in t)
+    assert _gauge(text, "connector_push_status_parked", 'reason="terminal_failed"') == 1
+    stop.set()
+    await asyncio.wait_for(loop, timeout=10)  # the loop ends on stop, not on its next tick
