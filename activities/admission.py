@@ -35,7 +35,8 @@ from protocol.admission import (
     SaveRequest,
 )
 from protocol.drift import classify, fails_closed
-from protocol.errors import RejectReason, SuspendReason
+from protocol.drift import suspend_reason as drift_suspend_reason
+from protocol.errors import RejectReason
 from protocol.gates import decide_admission
 from protocol.identity import InvalidIdentityPart, link_key
 from protocol.states import AttemptStatus, LinkStatus
@@ -127,8 +128,9 @@ def _decide(
     elif isinstance(decision, Rejected) and decision.reason is RejectReason.DRIFT_FAIL_CLOSED:
         # DRIFT-2: the finalized link is suspended with its findings; nothing is sent.
         findings = [f.model_dump(mode="json") for f in decision.findings]
-        writes.suspensions.append((item.key, findings))
-        facts.suspended(item.key)
+        reason = drift_suspend_reason(decision.findings)
+        writes.suspensions.append((item.key, reason, findings))
+        facts.suspended(item.key, reason)
     return decision
 
 
@@ -140,7 +142,7 @@ class _Writes:
 
     attempts: list[dict[str, Any]] = field(default_factory=list)
     patches: dict[str, str | None] = field(default_factory=dict)
-    suspensions: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
+    suspensions: list[tuple[str, str, list[dict[str, Any]]]] = field(default_factory=list)
 
     async def flush(self, conn: Conn) -> None:
         if self.attempts:
@@ -149,8 +151,8 @@ class _Writes:
                 await q.insert_attempts(conn, self.attempts)
         if self.patches:
             await patches_q.queue_patches(conn, self.patches)
-        for key, findings in self.suspensions:
-            await patches_q.suspend_link(conn, key, SuspendReason.DRIFT.value, findings)
+        for key, reason, findings in self.suspensions:
+            await patches_q.suspend_link(conn, key, reason, findings)
             await patches_q.supersede_queued(conn, key, "link suspended: drift")
 
 

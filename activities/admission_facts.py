@@ -32,7 +32,6 @@ from protocol.admission import (
     SaveRequest,
 )
 from protocol.authority import PermissionFacts
-from protocol.errors import SuspendReason
 from protocol.gates import association_lookups
 from protocol.snapshots import LinkSnapshot
 from protocol.states import AttemptStatus, LinkStatus
@@ -112,12 +111,12 @@ class AdmissionFacts:
         self.attempts.setdefault(item.key, []).append(attempt)
         self.loci[_locus(item.save)].add(item.key)
 
-    def suspended(self, key: str) -> None:
+    def suspended(self, key: str, reason: str) -> None:
         """This batch suspended the key's finalized link for drift (DRIFT-2)."""
         link = self.links.get(key)
         if link is None or link.status is not LinkStatus.FINALIZED:
             return  # `suspend_link`'s compare-and-set changes nothing either
-        update = {"status": LinkStatus.SUSPENDED_DRIFT, "suspend_reason": SuspendReason.DRIFT}
+        update = {"status": LinkStatus.SUSPENDED_DRIFT, "suspend_reason": reason}
         self.links[key] = link.model_copy(update=update)
         self.link_states[key] = AssociationTarget(
             link_status=LinkStatus.SUSPENDED_DRIFT, remote_id=link.remote_id

@@ -26,12 +26,14 @@ from pydantic import BaseModel, ConfigDict
 
 from activities.packs import ActivePack, get_active_pack
 from activities.patch import validated_values
+from db import audit as audit_q
 from db import backfill as q
 from db import links as links_q
 from db import packs as packs_q
 from db.errors import RemoteLocatorClaimedError, invariant_errors
 from db.records import Conn
 from protocol.active import ActiveMetadata, resolve_active
+from protocol.audit import AuditCommand, AuditEntry
 from protocol.backfill import (
     BackfillSlot,
     LegacyRecord,
@@ -255,6 +257,7 @@ async def _adopt(
         async with conn.transaction():
             with invariant_errors():
                 await links_q.insert_link(conn, values)
+            await audit_q.append(conn, _audit_entry(decision, stamp[1]))
     except RemoteLocatorClaimedError:
         return decision.model_copy(
             update={
@@ -264,6 +267,20 @@ async def _adopt(
             }
         )
     return decision.model_copy(update={"outcome": Outcome.ADOPTED})
+
+
+def _audit_entry(decision: RecordDecision, operator: str) -> AuditEntry:
+    """OPS-2: an adoption creates the link; there was no link before it."""
+    return AuditEntry(
+        operator=operator,
+        reason="legacy adoption from mirror fields (MIG-1)",
+        command=AuditCommand.BACKFILL_APPLY,
+        link_key=decision.link_key,
+        arguments={"source_record_id": decision.record_id},
+        state_before=None,
+        state_after={"link_status": "finalized", "remote_id": decision.remote_id},
+        outcome="link adopted",
+    )
 
 
 def adopted_link_values(

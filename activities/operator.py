@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from pydantic import JsonValue
 from temporalio.exceptions import ApplicationError
 
 from activities.admission import admit_locked
@@ -25,12 +26,14 @@ from activities.mirror import finalize_with_mirror
 from activities.packs import get_active_pack
 from activities.patch import validated_values
 from activities.rows import jsonb, link_snapshot, request_of
+from db import audit as audit_q
 from db import links as q
 from db import patches as pq
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
 from protocol.active import resolve_active
 from protocol.admission import CreateReserved, DeferredAssociationReserved, SaveRequest
+from protocol.audit import OPERATOR_ACTION_COMMANDS, AuditEntry
 from protocol.errors import ActivityErrorType, SuspendReason
 from protocol.messages import LinkView, OperatorActionInput
 from protocol.operator import OperatorAction, check_operator_action
@@ -61,13 +64,65 @@ def _refuse(message: str) -> ApplicationError:
 async def apply_operator_action(
     conn: Conn, input: OperatorActionInput, view_of: ViewFn, refresh: Refresh = None
 ) -> str:
-    """Apply `input` in the caller's transaction; raise a non-retryable refusal otherwise."""
+    """Apply `input` in the caller's transaction; raise a non-retryable refusal otherwise.
+
+    The action, its stamp on the link (`last_operator`, whichever row it moved) and
+    its audit entry (OPS-2) commit together or not at all.
+    """
     view = await view_of(conn, input.link_key)
     action = OperatorAction(input.action)
     try:
         check_operator_action(action, view)
     except ProtocolError as error:
         raise _refuse(str(error)) from error
+    message = await _apply(conn, action, input, view, refresh)
+    await q.record_operator(
+        conn, "connector_remote_link", "link_key", input.link_key, input.operator, input.reason
+    )
+    after = await view_of(conn, input.link_key)
+    await audit_q.append(conn, _audit_entry(input, view, after, message))
+    return message
+
+
+def _audit_entry(
+    input: OperatorActionInput, before: LinkView, after: LinkView, message: str
+) -> AuditEntry:
+    arguments = input.model_dump(
+        mode="json", include={"remote_id", "evidence", "reserve_next", "new_idempotency_key"}
+    )
+    return AuditEntry(
+        operator=input.operator,
+        reason=input.reason,
+        command=OPERATOR_ACTION_COMMANDS[input.action],
+        link_key=input.link_key,
+        arguments={k: v for k, v in arguments.items() if v not in (None, False)},
+        state_before=_audited_state(before),
+        state_after=_audited_state(after),
+        outcome=message,
+    )
+
+
+def _audited_state(view: LinkView) -> dict[str, JsonValue]:
+    return view.model_dump(
+        mode="json",
+        include={
+            "link_status",
+            "remote_id",
+            "suspend_reason",
+            "attempt_id",
+            "attempt_status",
+            "attempt_ordinal",
+        },
+    )
+
+
+async def _apply(
+    conn: Conn,
+    action: OperatorAction,
+    input: OperatorActionInput,
+    view: LinkView,
+    refresh: Refresh,
+) -> str:
     match action:
         case OperatorAction.SUPERSEDE:
             return await _supersede(conn, input, view)
@@ -78,14 +133,6 @@ async def apply_operator_action(
             require_cas(
                 await q.move_link(conn, input.link_key, [view.link_status.value], "retired"),
                 "move_link",
-            )
-            await q.record_operator(
-                conn,
-                "connector_remote_link",
-                "link_key",
-                input.link_key,
-                input.operator,
-                input.reason,
             )
             return "link retired"
         case OperatorAction.MARK_TERMINAL:
@@ -214,9 +261,6 @@ async def _revalidate(conn: Conn, input: OperatorActionInput, refresh: Refresh) 
     suspended = LinkStatus.SUSPENDED_DRIFT.value
     if not await q.update_link_snapshot(conn, input.link_key, suspended, restored):
         raise _refuse("link is no longer suspended")
-    await q.record_operator(
-        conn, "connector_remote_link", "link_key", input.link_key, input.operator, input.reason
-    )
     message = f"link revalidated against install {pack.pack_install_id}"
     if refresh is not None and row["suspend_reason"] == SuspendReason.REMOTE_CONFLICT.value:
         # PROF-2: the entity tag of the object the operator accepted, so the next PATCH

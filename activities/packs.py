@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
+from db import audit as audit_q
 from db import packs as q
 from db.records import Conn
+from protocol.audit import AuditCommand, AuditEntry
 from protocol.manifest import PackManifest, parse_manifest
 from protocol.snapshots import manifest_digest
 
@@ -68,7 +70,12 @@ def _manifest_json(manifest: PackManifest) -> str:
 
 
 async def apply_pack(
-    conn: Conn, document: Mapping[str, object] | PackManifest, *, reinstall: bool = False
+    conn: Conn,
+    document: Mapping[str, object] | PackManifest,
+    *,
+    reinstall: bool = False,
+    operator: str | None = None,
+    reason: str = "",
 ) -> ApplyPackResult:
     """Validate `document` and make it the owner key's active install, in one transaction.
 
@@ -77,6 +84,9 @@ async def apply_pack(
     apply upgrades the active install (links validate surface by surface); a
     `reinstall` starts a new incarnation with no lineage, so links frozen under
     the old one fail closed until revalidated.
+
+    With an `operator`, an install is also appended to the audit trail (OPS-2) in
+    the same transaction; the CLI always passes one.
     """
     manifest = document if isinstance(document, PackManifest) else parse_manifest(document)
     digest = manifest_digest(manifest)
@@ -99,6 +109,9 @@ async def apply_pack(
         )
         lineage = _lineage_rows(new.pack_install_id, manifest)
         await q.insert_lineage(conn, new.pack_install_id, lineage)
+        if operator is not None:
+            entry = _audit_entry(operator, reason, reinstall, current, new)
+            await audit_q.append(conn, entry)
     return ApplyPackResult(
         outcome=ApplyOutcome.INSTALLED,
         pack_install_id=new.pack_install_id,
@@ -106,6 +119,32 @@ async def apply_pack(
         manifest_digest=digest,
         replaced_pack_install_id=current.pack_install_id if current else None,
         lineage_entries=len(lineage),
+    )
+
+
+def _audit_entry(
+    operator: str,
+    reason: str,
+    reinstall: bool,
+    before: q.PackInstallRow | None,
+    after: q.PackInstallRow,
+) -> AuditEntry:
+    def state(row: q.PackInstallRow | None) -> JsonValue:
+        if row is None:
+            return None
+        return {
+            "active_pack_install_id": row.pack_install_id,
+            "manifest_digest": row.manifest_digest,
+        }
+
+    return AuditEntry(
+        operator=operator,
+        reason=reason,
+        command=AuditCommand.PACK_APPLY,
+        arguments={"connector_owner_key": after.connector_owner_key, "reinstall": reinstall},
+        state_before=state(before),
+        state_after=state(after),
+        outcome="reinstalled (new incarnation)" if reinstall else "installed",
     )
 
 

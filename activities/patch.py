@@ -34,6 +34,7 @@ from db import patches as pq
 from db.records import Conn
 from protocol.admission import PatchQueued, Rejected, SaveRequest
 from protocol.drift import Finding
+from protocol.drift import suspend_reason as drift_suspend_reason
 from protocol.errors import RejectReason, SuspendReason
 from protocol.gates import decide_patch
 from protocol.outcome import (
@@ -198,7 +199,7 @@ async def _refuse(
     )
     if decision.reason is RejectReason.DRIFT_FAIL_CLOSED:
         await pq.suspend_link(
-            conn, key, SuspendReason.DRIFT.value, findings_json(decision.findings)
+            conn, key, drift_suspend_reason(decision.findings), findings_json(decision.findings)
         )
         await pq.supersede_queued(conn, key, "link suspended: drift")
 

@@ -9,15 +9,17 @@ such query or client.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
+from db import audit as audit_q
 from db import packs as packs_q
 from db import revalidation as q
 from db.records import Conn
 from protocol.active import resolve_active
+from protocol.audit import AuditCommand, AuditEntry
 from protocol.manifest import ManifestInvalid, PackManifest
 from protocol.manifest import parse_manifest as parse_pack_manifest
 from protocol.revalidation import (
@@ -26,14 +28,16 @@ from protocol.revalidation import (
     Conflict,
     ConflictReason,
     Decision,
+    InstallFingerprints,
     LinkRowState,
     LockedMember,
     Rejected,
     RevalidationManifest,
     RevalidationMember,
+    RevalidationReceipt,
     RevalidationResult,
     build_manifest,
-    decide,
+    decide_bound,
     link_row_digest,
     plan_member,
     result_of,
@@ -101,7 +105,47 @@ async def _lock_and_decide(conn: Conn, manifest: RevalidationManifest, on_step: 
         on_step(Phase.LOCKED, member.link_key)
     # Read after the locks: a concurrent apply of this operation has committed by now.
     receipts = await q.operation_receipts(conn, manifest.operation_id)
-    return decide(manifest, locked, receipts)
+    produced = await _produced_fingerprints(conn, manifest.members, locked)
+    return decide_bound(manifest, locked, receipts, produced)
+
+
+async def _produced_fingerprints(
+    conn: Conn, members: Sequence[RevalidationMember], locked: Sequence[LockedMember]
+) -> dict[str, InstallFingerprints | None]:
+    """Each member's new fingerprints recomputed from its `new_pack_install_id` (item 6)."""
+    packs: dict[str, PackManifest | None] = {}
+    produced: dict[str, InstallFingerprints | None] = {}
+    for member, lock in zip(members, locked, strict=True):
+        install = member.new_pack_install_id
+        if install not in packs:
+            packs[install] = await _install_manifest(conn, install)
+        pack = packs[install]
+        if lock.row is not None and pack is not None:
+            produced[member.link_key] = install_fingerprints(pack, install, lock.row)
+    return produced
+
+
+async def _install_manifest(conn: Conn, pack_install_id: str) -> PackManifest | None:
+    install = await packs_q.select_install(conn, pack_install_id)
+    if install is None:
+        return None
+    try:
+        return parse_pack_manifest(install.manifest)
+    except ManifestInvalid:
+        return None
+
+
+def install_fingerprints(
+    pack: PackManifest, install_id: str, row: LinkRowState
+) -> InstallFingerprints | None:
+    """What `install_id` (its manifest `pack`) produces for `row`'s action slot, or None."""
+    active = resolve_active(pack, install_id, row.action_slot_id, row.destination_slot_id)
+    if active.action is None:
+        return None
+    config = ActionConfigSnapshot.of(active.action)
+    return InstallFingerprints(
+        mapping_fingerprint=config.mapping_fingerprint, body_fingerprint=config.body_fingerprint
+    )
 
 
 async def _lock_member(conn: Conn, link_key: str) -> LockedMember:
@@ -122,13 +166,53 @@ async def _write(
     for member, receipt in zip(manifest.members, decision.receipts, strict=True):
         # The receipt first: the link's new pointer references it.
         await q.insert_receipt(conn, receipt)
-        moved = await q.move_link_mapping(conn, member, manifest.operation_id)
+        who = (manifest.approval.approved_by, manifest.approval.reason)
+        moved = await q.move_link_mapping(conn, member, manifest.operation_id, who)
         if moved is None or link_row_digest(moved) != receipt.after_row_digest:
             detail = "row changed under its lock" if moved else "compare-and-set matched no row"
             raise _CasLost(
                 Conflict(link_key=member.link_key, reason=ConflictReason.CAS_LOST, detail=detail)
             )
+        await audit_q.append(conn, _audit_entry(manifest, receipt))
         on_step(Phase.WRITTEN, member.link_key)
+
+
+def _audit_entry(manifest: RevalidationManifest, receipt: RevalidationReceipt) -> AuditEntry:
+    """OPS-2: the approver is who acted; the receipt holds the exact before/after."""
+    approval, r = manifest.approval, receipt
+    return AuditEntry(
+        operator=approval.approved_by,
+        reason=approval.reason,
+        command=AuditCommand.REVALIDATE_APPLY,
+        link_key=r.link_key,
+        arguments={
+            "operation_id": manifest.operation_id,
+            "approval_reference": approval.approval_reference,
+            "manifest_digest": manifest.manifest_digest,
+        },
+        state_before=_fingerprint_state(
+            (r.old_mapping_fingerprint, r.old_body_fingerprint),
+            r.old_pack_install_id,
+            r.previous_operation_id,
+        ),
+        state_after=_fingerprint_state(
+            (r.new_mapping_fingerprint, r.new_body_fingerprint),
+            r.new_pack_install_id,
+            r.operation_id,
+        ),
+        outcome=f"revalidated by {manifest.operation_id}",
+    )
+
+
+def _fingerprint_state(
+    fingerprints: tuple[str, str], install: str, operation: str | None
+) -> JsonValue:
+    return {
+        "mapping_fingerprint": fingerprints[0],
+        "body_fingerprint": fingerprints[1],
+        "last_validated_pack_install_id": install,
+        "revalidation_operation_id": operation,
+    }
 
 
 # -- planning (read-only: release engineers' plan -> validate -> apply) ------------------
@@ -182,11 +266,10 @@ async def _planned_rows(conn: Conn, request: PlanRequest, owner: str) -> list[Li
 
 
 def _member(pack: PackManifest, install_id: str, row: LinkRowState) -> RevalidationMember:
-    active = resolve_active(pack, install_id, row.action_slot_id, row.destination_slot_id)
-    if active.action is None:
+    produced = install_fingerprints(pack, install_id, row)
+    if produced is None:
         raise PlanError(f"{row.link_key}: action slot {row.action_slot_id!r} is not in the pack")
-    config = ActionConfigSnapshot.of(active.action)
     try:
-        return plan_member(row, config.mapping_fingerprint, config.body_fingerprint, install_id)
+        return plan_member(row, produced.mapping_fingerprint, produced.body_fingerprint, install_id)
     except ValidationError as error:
         raise PlanError(f"{row.link_key}: not plannable ({error.errors()[0]['msg']})") from None

@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 
 from protocol.admission import AttemptSummary, Reservation
-from protocol.errors import MirrorStatus, SuspendReason
+from protocol.errors import MirrorStatus
 from protocol.identity import ACTION_TYPE
 from protocol.messages import LinkView
 from protocol.recovery import JournalEntry, SendOutcome
@@ -156,7 +156,7 @@ def link_snapshot(row: asyncpg.Record) -> LinkSnapshot:
         remote_id=row["remote_id"],
         remote_scope=row["remote_scope"],
         status=LinkStatus(row["status"]),
-        suspend_reason=SuspendReason(row["suspend_reason"]) if row["suspend_reason"] else None,
+        suspend_reason=row["suspend_reason"],
         mirror_status=MirrorStatus(row["mirror_status"] or MirrorStatus.PENDING),
         last_mapping_revalidation_operation_id=row["last_mapping_revalidation_operation_id"],
         row_version=row["row_version"],

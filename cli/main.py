@@ -21,6 +21,7 @@ def _register_all() -> None:
     # Each command module exposes `register(app)`; imported here so `--help` stays fast
     # to extend and no module does work at import time.
     from cli import (
+        audit_cmd,
         backfill_cmd,
         dev_cmd,
         ingress_cmd,
@@ -29,10 +30,12 @@ def _register_all() -> None:
         migrate_cmd,
         operator_cmds,
         pack_cmd,
+        prune_cmd,
         push_cmd,
         records_cmd,
         revalidate_cmd,
         sandbox_cmd,
+        status_cmd,
         worker_cmd,
     )
 
@@ -50,6 +53,9 @@ def _register_all() -> None:
         operator_cmds,
         revalidate_cmd,
         backfill_cmd,
+        audit_cmd,
+        prune_cmd,
+        status_cmd,
     ):
         module.register(app)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
@@ -75,10 +76,22 @@ def _print_apply(result: ApplyPackResult) -> None:
     )
 
 
-async def _apply(dsn: str, manifest: PackManifest) -> tuple[ApplyPackResult, dict[str, float]]:
+async def _apply(
+    dsn: str, manifest: PackManifest, *, reinstall: bool, operator: str, reason: str
+) -> tuple[ApplyPackResult, dict[str, float]]:
     async with connect(dsn) as conn:
-        result = await apply_pack(conn, manifest)
+        result = await apply_pack(
+            conn, manifest, reinstall=reinstall, operator=operator, reason=reason
+        )
         return result, budget_rates(await active_manifests(conn))
+
+
+_REINSTALL_CONSEQUENCE = (
+    "--reinstall starts a new install incarnation with no lineage: every existing link "
+    "of the owner key fails closed on its next save (suspend_reason drift:pack_install) "
+    "and attempts frozen under the old install stay frozen, until each link is "
+    "revalidated (revalidate-link or revalidate plan/apply)"
+)
 
 
 async def _set_rate_limits(rates: dict[str, float]) -> str:
@@ -102,10 +115,38 @@ def apply_command(
     file: Annotated[Path, typer.Argument(help="Pack manifest (YAML or JSON).", show_default=False)],
     database_url: DatabaseUrl = None,
     as_json: AsJson = False,
+    reinstall: Annotated[
+        bool,
+        typer.Option(
+            "--reinstall",
+            help="A new incarnation even if unchanged: existing links fail closed (drift).",
+        ),
+    ] = False,
+    confirm_reinstall: Annotated[
+        bool,
+        typer.Option(
+            "--confirm-reinstall", help="Required with --reinstall: you accept the suspensions."
+        ),
+    ] = False,
+    operator: Annotated[
+        str, typer.Option("--operator", help="Who applies (recorded in the audit trail).")
+    ] = os.environ.get("USER", "operator"),
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why (recorded in the audit trail).")
+    ] = "",
 ) -> None:
     """Validate a manifest and make it the active install for its ConnectorOwnerKey."""
     manifest = validate_manifest_file(file)
-    result, rates = asyncio.run(_apply(_dsn(database_url), manifest))
+    if reinstall and not confirm_reinstall:
+        bad_input(f"{_REINSTALL_CONSEQUENCE}; pass --confirm-reinstall to proceed")
+    if confirm_reinstall and not reinstall:
+        bad_input("--confirm-reinstall confirms --reinstall, which was not given")
+    if not operator.strip():
+        bad_input("--operator must name who applies the pack")
+    applied = _apply(
+        _dsn(database_url), manifest, reinstall=reinstall, operator=operator, reason=reason
+    )
+    result, rates = asyncio.run(applied)
     note = asyncio.run(_set_rate_limits(rates))
     if as_json:
         echo_json(result.model_dump(mode="json"))

@@ -44,8 +44,10 @@ EXIT_CODES: Final = {
 _EPILOG: Final = (
     "Exit codes: 0 validated (would apply) or applied; 4 already applied (an exact "
     "retry: receipts and links verified, nothing written); 3 rejected (conflicts "
-    "listed, nothing written); 2 bad input (manifest not canonical, digest mismatch, "
-    "empty approval: rejected before any transaction); 1 database unreachable."
+    "listed, nothing written; includes a member whose new fingerprints are not what "
+    "its new_pack_install_id produces); 2 unreadable or bad input (not JSON, not "
+    "canonical, digest mismatch, empty approval: rejected before any transaction); "
+    "1 database unreachable."
 )
 
 ManifestFile = Annotated[

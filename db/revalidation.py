@@ -91,7 +91,8 @@ INSERT INTO connector_link_revalidation_receipt (
 MOVE_LINK_MAPPING: Final = f"""
 UPDATE connector_remote_link
 SET mapping_fingerprint = $3, body_fingerprint = $4,
-    last_validated_pack_install_id = $5::uuid, last_mapping_revalidation_operation_id = $2
+    last_validated_pack_install_id = $5::uuid, last_mapping_revalidation_operation_id = $2,
+    last_operator = $10, last_operator_reason = $11, last_operator_at = now()
 WHERE link_key = $1 AND status = 'finalized'
   AND mapping_fingerprint = $6 AND body_fingerprint = $7
   AND last_validated_pack_install_id = $8::uuid
@@ -160,9 +161,10 @@ async def insert_receipt(conn: Conn, r: RevalidationReceipt) -> None:
 
 
 async def move_link_mapping(
-    conn: Conn, member: RevalidationMember, operation_id: str
+    conn: Conn, member: RevalidationMember, operation_id: str, operator: tuple[str, str]
 ) -> LinkRowState | None:
-    """Move the fingerprints, install and pointer iff the row still holds the old ones."""
+    """Move the fingerprints, install and pointer iff the row still holds the old ones,
+    stamping `operator` (who, why) on the link; those columns are outside the row digest."""
     row = await conn.fetchrow(
         MOVE_LINK_MAPPING,
         member.link_key, operation_id,
@@ -171,5 +173,6 @@ async def move_link_mapping(
         member.old_mapping_fingerprint, member.old_body_fingerprint,
         uuid.UUID(member.old_pack_install_id),
         member.expected_revalidation_operation_id,
+        operator[0], operator[1],
     )  # fmt: skip
     return None if row is None else _link_state(row)

@@ -87,7 +87,8 @@ class IngressApp:
         self.admitter = admitter
         self.now_ms = now_ms
         webhooks = {e.name for e in config.policy.endpoints if isinstance(e, WebhookEndpoint)}
-        self.drops = DropCounter(frozenset(webhooks))
+        every = frozenset(e.name for e in config.policy.endpoints)
+        self.drops = DropCounter(frozenset(webhooks), every)
         self.starter: WorkflowStarter | None = (
             None  # set by the lifespan when Temporal is configured
         )
@@ -109,6 +110,7 @@ class IngressApp:
         if self.config.policy.mode_of(endpoint) is EndpointMode.ACK_DROP:
             self.drops.increment(endpoint, reason)
             return Response(status_code=204)
+        self.drops.unavailable(endpoint)
         return _JSONResponse(
             {"error": reason.value}, status_code=503, headers={"Retry-After": RETRY_AFTER_S}
         )
@@ -125,7 +127,10 @@ class IngressApp:
                 async with asyncio.timeout(budget_s):
                     return await handle(request, request_id)
             except Rejection as rejection:
-                headers = {"Retry-After": RETRY_AFTER_S} if rejection.status == 503 else None
+                headers = None
+                if rejection.status == 503:
+                    self.drops.unavailable(name)
+                    headers = {"Retry-After": RETRY_AFTER_S}
                 return _JSONResponse(
                     {"error": rejection.reason}, status_code=rejection.status, headers=headers
                 )

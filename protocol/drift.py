@@ -9,12 +9,13 @@ path equivalence) are resolved here from the pack's explicit declarations only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from typing import Final
 
 from protocol.active import ActiveMetadata
-from protocol.manifest import ActionSlot, DestinationSlot, Profile
+from protocol.errors import SuspendReason, drift_reason
+from protocol.manifest import ActionSlot, DestinationSlot, Profile, is_credential_ref
 from protocol.snapshots import (
     ActionConfigSnapshot,
     AttemptSnapshot,
@@ -116,6 +117,12 @@ def fails_closed(findings: list[Finding]) -> bool:
     return any(f.disposition is Disposition.FAIL_CLOSED for f in findings)
 
 
+def suspend_reason(findings: Iterable[Finding]) -> str:
+    """`drift:<surface>` of the first fail-closed finding (the one that suspends the link)."""
+    closed = [f.surface for f in findings if f.disposition is Disposition.FAIL_CLOSED]
+    return drift_reason(closed[0].value) if closed else SuspendReason.DRIFT.value
+
+
 def _changes(snap: Durable, active: ActiveMetadata | None) -> Iterator[Change]:
     owner = snap.slot.connector_owner_key
     if active is None or active.connector_owner_key != owner:
@@ -200,14 +207,15 @@ def _destination_changes(snap: Durable, destination: DestinationSlot) -> Iterato
 def _profile_changes(old: ProfileSnapshot, new: ProfileSnapshot) -> Iterator[Change]:
     changes: list[Change] = []
     if old.credential_ref != new.credential_ref:
-        changes.append((S.CREDENTIAL_REF, f"{old.credential_ref} -> {new.credential_ref}"))
+        shown = (_shown_ref(old.credential_ref), _shown_ref(new.credential_ref))
+        changes.append((S.CREDENTIAL_REF, f"{shown[0]} -> {shown[1]}"))
     elif old.credential_generation_hash != new.credential_generation_hash:
         changes.append((S.CREDENTIAL_GENERATION, "credential generation changed"))
     if (old.endpoint_class, old.endpoint_binding_hash) != (
         new.endpoint_class,
         new.endpoint_binding_hash,
     ):
-        changes.append((S.ENDPOINT, f"{old.endpoint_class} -> {new.endpoint_class}"))
+        changes.append((S.ENDPOINT, _endpoint_change(old, new)))
     if old.retry_policy_hash != new.retry_policy_hash:
         changes.append((S.RETRY_POLICY, "retry policy changed"))
     if _idempotency(old) != _idempotency(new):
@@ -215,6 +223,22 @@ def _profile_changes(old: ProfileSnapshot, new: ProfileSnapshot) -> Iterator[Cha
     if not changes and old.profile_payload_hash != new.profile_payload_hash:
         changes.append((S.PROFILE_PAYLOAD, "profile declarations changed"))
     yield from changes
+
+
+def _shown_ref(value: str) -> str:
+    # A link frozen before references were enforced may hold a literal token.
+    return value if is_credential_ref(value) else "(not a reference; not shown)"
+
+
+def _endpoint_change(old: ProfileSnapshot, new: ProfileSnapshot) -> str:
+    """What moved in the endpoint binding: the class, the base URL, or both (no secrets:
+    a base URL carries no credentials, see protocol/manifest.py `_base_url`)."""
+    parts = []
+    if old.endpoint_class != new.endpoint_class:
+        parts.append(f"endpoint class {old.endpoint_class} -> {new.endpoint_class}")
+    if old.base_url != new.base_url:
+        parts.append(f"base URL {old.base_url} -> {new.base_url}")
+    return "; ".join(parts) or "endpoint binding changed"
 
 
 def _idempotency(p: ProfileSnapshot) -> tuple[object, ...]:

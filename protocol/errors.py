@@ -54,10 +54,21 @@ class RejectReason(StrEnum):
 class SuspendReason(StrEnum):
     """Why a finalized link moved to `suspended_drift`."""
 
-    DRIFT = "drift"
+    DRIFT = "drift"  # stored as `drift:<surface>` (see `drift_reason`)
     REMOTE_DELETED = "remote_deleted"
     REMOTE_CONFLICT = "remote_conflict"
     STALE_REMOTE_LOCATOR = "stale_remote_locator"
+
+
+def drift_reason(surface: str) -> str:
+    """The stored `suspend_reason` of a drift suspension: `drift:<surface>` (e.g. `drift:endpoint`),
+    so an operator sees which surface to revalidate without opening the findings."""
+    return f"{SuspendReason.DRIFT.value}:{surface}"
+
+
+def is_drift_reason(reason: str | None) -> bool:
+    """A drift suspension, whether stored before surfaces were named (`drift`) or after."""
+    return reason is not None and reason.split(":", 1)[0] == SuspendReason.DRIFT.value
 
 
 class MirrorStatus(StrEnum):

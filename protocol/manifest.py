@@ -56,7 +56,30 @@ def _base_url(value: str) -> str:
     return value
 
 
+# A profile names its credential, never holds it (STO-3): `<scheme>:<NAME>` with a scheme
+# the runtime resolves. `env:NAME` is read from `CONNECTOR_PUSH_CREDENTIAL_ENV_<NAME>`.
+CREDENTIAL_REF_SCHEMES: Final = frozenset({"env"})
+_CREDENTIAL_REF: Final = re.compile(r"([a-z][a-z0-9]*):([A-Za-z_][A-Za-z0-9_]{0,127})")
+
+
+def is_credential_ref(value: str) -> bool:
+    """`value` is a reference in a declared scheme (so it may be shown; a secret may not)."""
+    match = _CREDENTIAL_REF.fullmatch(value)
+    return match is not None and match.group(1) in CREDENTIAL_REF_SCHEMES
+
+
+def _credential_ref(value: str) -> str:
+    if not is_credential_ref(value):
+        # The value itself is never echoed: it may be the very token that was pasted.
+        schemes = ", ".join(f"{s}:NAME" for s in sorted(CREDENTIAL_REF_SCHEMES))
+        raise ValueError(
+            f"must be a credential reference ({schemes}), not a secret (value not shown)"
+        )
+    return value
+
+
 StableId = Annotated[str, AfterValidator(_stable_id)]
+CredentialRef = Annotated[str, AfterValidator(_credential_ref)]
 NonEmpty = Annotated[str, Field(min_length=1)]
 CreatePath = Annotated[str, AfterValidator(_create_path)]
 UpdatePath = Annotated[str, AfterValidator(_update_path)]
@@ -210,7 +233,7 @@ class RateLimit(PackModel):
 
 class Profile(PackModel):
     name: StableId
-    credential_ref: NonEmpty
+    credential_ref: CredentialRef
     credential_generation: str | None = None
     credential_rotation_same_destination: bool = False
     endpoint_class: NonEmpty
@@ -380,4 +403,5 @@ def parse_manifest(data: Mapping[str, object]) -> PackManifest:
             for e in error.errors()
             for line in e["msg"].split("\n")
         )
-        raise ManifestInvalid(problems) from error
+        # Not chained: the ValidationError holds the input (possibly a pasted secret).
+        raise ManifestInvalid(problems) from None

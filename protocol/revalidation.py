@@ -420,6 +420,7 @@ class ConflictReason(StrEnum):
     DIVERGENT_RECEIPT = "divergent_receipt"
     DIVERGENT_LINK = "divergent_link"
     CAS_LOST = "cas_lost"
+    NOT_THE_INSTALLS_FINGERPRINTS = "not_the_installs_fingerprints"
 
 
 class Conflict(_Value):
@@ -466,6 +467,51 @@ def decide(
 
 def _conflict(key: str, reason: ConflictReason, detail: str) -> Conflict:
     return Conflict(link_key=key, reason=reason, detail=detail)
+
+
+class InstallFingerprints(_Value):
+    """What `new_pack_install_id` itself produces for a member's action slot."""
+
+    mapping_fingerprint: str
+    body_fingerprint: str
+
+
+def decide_bound(
+    manifest: RevalidationManifest,
+    locked: Sequence[LockedMember],
+    receipts: Sequence[RevalidationReceipt],
+    produced: Mapping[str, InstallFingerprints | None],
+) -> Decision:
+    """`decide`, after binding every member's new fingerprints to its new install.
+
+    A valid digest proves only that the file is self-consistent; the new values
+    a receipt records must be the ones the named install produces for the link's
+    action slot (`produced`, keyed by link key; None: the install has no such
+    slot). Members whose link is missing are left to `decide`.
+    """
+    bound = [c for m, lock in zip(manifest.members, locked, strict=True)
+             for c in _binding_conflicts(m, lock, produced.get(m.link_key))]  # fmt: skip
+    if bound:
+        return Rejected(conflicts=tuple(bound))
+    return decide(manifest, locked, receipts)
+
+
+def _binding_conflicts(
+    member: RevalidationMember, lock: LockedMember, produced: InstallFingerprints | None
+) -> Iterator[Conflict]:
+    if lock.row is None:
+        return
+    reason, key = ConflictReason.NOT_THE_INSTALLS_FINGERPRINTS, member.link_key
+    install = member.new_pack_install_id
+    if produced is None:
+        yield _conflict(key, reason, f"install {install} has no action slot for this link")
+        return
+    if member.new_mapping_fingerprint != produced.mapping_fingerprint:
+        yield _conflict(
+            key, reason, f"new_mapping_fingerprint is not what install {install} produces"
+        )
+    if member.new_body_fingerprint != produced.body_fingerprint:
+        yield _conflict(key, reason, f"new_body_fingerprint is not what install {install} produces")
 
 
 def _new_member_conflicts(member: RevalidationMember, lock: LockedMember) -> Iterator[Conflict]:

@@ -13,7 +13,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from protocol.canonical import digest, model_digest
-from protocol.errors import MirrorStatus, SuspendReason
+from protocol.errors import MirrorStatus
 from protocol.manifest import (
     ActionSlot,
     DestinationSlot,
@@ -276,7 +276,8 @@ class LinkSnapshot(Snapshot):
     remote_id: str
     remote_scope: str
     status: LinkStatus
-    suspend_reason: SuspendReason | None = None
+    # A `SuspendReason` value; drift as `drift:<surface>` (protocol/errors.py `drift_reason`).
+    suspend_reason: str | None = None
     mirror_status: MirrorStatus = MirrorStatus.PENDING
     last_mapping_revalidation_operation_id: str | None = None
     row_version: int = 1

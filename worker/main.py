@@ -6,6 +6,9 @@ import asyncio
 import logging
 import signal
 
+import asyncpg
+from temporalio.runtime import Runtime
+
 from db.pool import create_pool
 from worker.client import connect_temporal, sdk_runtime
 from worker.observability import configure_logging, configure_tracing
@@ -16,8 +19,9 @@ from worker.runtime import (
     remote_http_client,
     run_until,
 )
-from worker.schedules import ensure_relay_schedule
+from worker.schedules import ensure_prune_schedule, ensure_relay_schedule
 from worker.settings import RuntimeSettings
+from worker.status_gauges import publish_status
 
 log = logging.getLogger(__name__)
 
@@ -27,17 +31,34 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     configure_logging(settings)
     configure_tracing(settings, "connector-push-worker")
     stop = stop or _stop_on_signals()
-    client = await connect_temporal(settings, sdk_runtime(settings))
+    runtime = sdk_runtime(settings)
+    client = await connect_temporal(settings, runtime)
     await ensure_search_attributes(client)
     await ensure_relay_schedule(client, settings.task_queue)
+    await ensure_prune_schedule(client, settings.task_queue, settings.prune_input())
     pool = await create_pool(settings.require_database_url(), min_size=2, max_size=20)
     try:
         await ensure_rate_limits(client, pool, settings.task_queue)
         async with remote_http_client() as http:
             worker = build_worker(client, pool, http, settings.task_queue)
-            await run_until(stop, worker)
+            gauges = _status_gauges(pool, runtime, stop)
+            try:
+                await run_until(stop, worker)
+            finally:
+                if gauges is not None:
+                    gauges.cancel()
+                    await asyncio.gather(gauges, return_exceptions=True)
     finally:
         await pool.close()
+
+
+def _status_gauges(
+    pool: asyncpg.Pool, runtime: Runtime | None, stop: asyncio.Event
+) -> asyncio.Task[None] | None:
+    """The status view beside the SDK metrics, when the worker serves metrics at all."""
+    if runtime is None:
+        return None
+    return asyncio.create_task(publish_status(pool, runtime.metric_meter, stop))
 
 
 def _stop_on_signals() -> asyncio.Event:

@@ -15,15 +15,23 @@ from activities.link import LinkActivities
 from activities.link_ops import LinkOpsActivities
 from activities.rate_limit import RateLimitActivities
 from activities.relay import RelayActivities
+from activities.retention import RetentionActivities
 from workflows.action_callback import ActionCallbackWorkflow
 from workflows.inbound import InboundEventWorkflow
 from workflows.link import LinkWorkflow
 from workflows.relay import RelayWorkflow
+from workflows.retention import PruneWorkflow
 
 
 def workflow_classes() -> Sequence[type]:
     """Every workflow class the `connector-push` task queue serves."""
-    return [LinkWorkflow, InboundEventWorkflow, ActionCallbackWorkflow, RelayWorkflow]
+    return [
+        LinkWorkflow,
+        InboundEventWorkflow,
+        ActionCallbackWorkflow,
+        RelayWorkflow,
+        PruneWorkflow,
+    ]
 
 
 def activity_callables(
@@ -36,6 +44,7 @@ def activity_callables(
     action = ActionCallbackActivities(pool, http)
     relay = RelayActivities(pool)
     budgets = RateLimitActivities(pool)
+    retention = RetentionActivities(pool)
     return [
         inbound.classify_event,
         inbound.signal_remote_deleted,
@@ -53,4 +62,5 @@ def activity_callables(
         ops.park_exhausted,
         relay.wake_links_with_pending_work,
         budgets.remote_budget,
+        retention.prune_finished,
     ]

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from protocol.retention import DEFAULT_KEEP_PATCHES, AgeInvalid, PruneInput, parse_age
+
 OtelExporter = Literal["none", "console", "otlp"]
 
 
@@ -52,6 +54,26 @@ class RuntimeSettings(BaseSettings):
     metrics_bind_address: str | None = None
     log_level: str = "INFO"
     log_json: bool = True
+    # OPS-3: an age such as `30d` turns on the worker's daily prune; off when unset.
+    prune_older_than: str | None = None
+    prune_keep_patches: int = Field(default=DEFAULT_KEEP_PATCHES, ge=0)
+
+    @field_validator("prune_older_than")
+    @classmethod
+    def _an_age(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_age(value)
+            except AgeInvalid as error:
+                raise ValueError(f"CONNECTOR_PUSH_PRUNE_OLDER_THAN: {error}") from None
+        return value
+
+    def prune_input(self) -> PruneInput | None:
+        """The scheduled prune's input, or None when retention is not configured."""
+        if self.prune_older_than is None:
+            return None
+        age = int(parse_age(self.prune_older_than).total_seconds())
+        return PruneInput(older_than_seconds=age, keep_patches_per_link=self.prune_keep_patches)
 
     @field_validator("log_level")
     @classmethod

@@ -53,7 +53,43 @@ async def _insert(conn: asyncpg.Connection, table: str, row: Mapping[str, object
     await conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({params})", *row.values())
 
 
-async def insert_pack_install(conn: asyncpg.Connection) -> uuid.UUID:
+def pack_document(*remote_properties: str) -> dict[str, object]:
+    """A valid pack whose one action slot is the `_stable` link's, mapping `remote_properties`."""
+    mappings = [{"sourceField": p.title(), "remoteProperty": p} for p in remote_properties]
+    return {
+        "connectorOwnerKey": "owner-1",
+        "namespace": "acme",
+        "actionSlots": [
+            {
+                "id": "action-1",
+                "flowDeveloperName": "Push_Contact",
+                "flowActionName": "Push",
+                "flowVersion": "1",
+                "sourceObject": "Contact",
+                "destinationSlot": "dest-1",
+                "createPath": "/crm/v3/objects/{target}",
+                "updatePath": "/crm/v3/objects/{target}/{remoteId}",
+                "responseIdPath": "$.id",
+                "mirror": {"remoteIdField": "remote_id__c", "provenanceField": "prov__c"},
+                "mappings": mappings,
+            }
+        ],
+        "destinationSlots": [
+            {"id": "dest-1", "targetObject": "contacts", "remoteScope": "portal-1",
+             "profile": "hubspot-main"}
+        ],
+        "profiles": [
+            {"name": "hubspot-main", "credentialRef": "env:HUBSPOT_TOKEN",
+             "endpointClass": "rest", "baseUrl": "http://127.0.0.1:1",
+             "retryPolicy": {"maxAttempts": 3, "initialIntervalMs": 100}}
+        ],
+    }  # fmt: skip
+
+
+async def insert_pack_install(
+    conn: asyncpg.Connection, manifest: Mapping[str, object] | None = None
+) -> uuid.UUID:
+    """An inactive install; `manifest` (e.g. `pack_document(...)`) or an empty object."""
     pack_install_id = uuid.uuid4()
     await _insert(
         conn,
@@ -62,7 +98,7 @@ async def insert_pack_install(conn: asyncpg.Connection) -> uuid.UUID:
             "pack_install_id": pack_install_id,
             "connector_owner_key": f"owner-{pack_install_id.hex[:8]}",
             "connector_namespace": "acme",
-            "manifest": "{}",
+            "manifest": json.dumps(manifest or {}),
             "manifest_digest": "sha256:0",
         },
     )

@@ -144,6 +144,9 @@ async def test_apply_twice_adopts_nothing_new(db_pool: asyncpg.Pool) -> None:
         second = await apply_backfill(conn, OWNER, now=NOW)
         assert await written(conn) == after_first
         version = await conn.fetchval("SELECT row_version FROM connector_remote_link")
+        # OPS-2: one audit entry for the one adoption, none for the idempotent re-run.
+        trail = await conn.fetch("SELECT command, link_key FROM connector_operator_audit")
+    assert [tuple(r) for r in trail] == [("backfill-apply", key_of("c-1"))]
     assert only(first.decisions, "c-1").outcome is Outcome.ADOPTED
     assert only(second.decisions, "c-1").outcome is Outcome.ALREADY_ADOPTED
     assert not second.rejected and version == 1

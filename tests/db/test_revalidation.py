@@ -18,10 +18,11 @@ import asyncpg
 import pytest
 from typer.testing import CliRunner
 
-from activities.revalidation import apply, validate
+from activities.revalidation import apply, install_fingerprints, validate
 from cli.main import app
 from db import links as links_q
 from db import revalidation as q
+from protocol.manifest import parse_manifest as parse_pack
 from protocol.revalidation import (
     ROW_DIGEST_EXCLUDED_COLUMNS,
     Approval,
@@ -36,7 +37,13 @@ from protocol.revalidation import (
     plan_member,
 )
 from protocol.states import AttemptStatus
-from tests.db.rows import insert_attempt, insert_link, insert_pack_install, set_status
+from tests.db.rows import (
+    insert_attempt,
+    insert_link,
+    insert_pack_install,
+    pack_document,
+    set_status,
+)
 
 S = RevalidationStatus
 C = ConflictReason
@@ -48,11 +55,19 @@ def hex64(seed: str) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()
 
 
+# Real installs to move to, each mapping more properties (so each moves the fingerprints).
+TARGETS = {"2": ("email",), "3": ("email", "phone"), "4": ("email", "phone", "lastname")}
+
+
 @dataclass
 class Links:
     keys: list[str]
     old_pack: uuid.UUID
-    new_pack: uuid.UUID
+    installs: dict[str, uuid.UUID]
+
+    @property
+    def new_pack(self) -> uuid.UUID:
+        return self.installs["2"]
 
 
 @pytest.fixture
@@ -66,23 +81,37 @@ async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
 
 @pytest.fixture
 async def links(conn: asyncpg.Connection) -> Links:
+    return await make_links(conn)
+
+
+async def make_links(conn: asyncpg.Connection) -> Links:
     """Three finalized links on one install, with sha256 fingerprints as real links carry."""
-    old_pack, new_pack = await insert_pack_install(conn), await insert_pack_install(conn)
+    old_pack = await insert_pack_install(conn)
+    installs = {to: await insert_pack_install(conn, pack_document(*p)) for to, p in TARGETS.items()}
     keys = sorted([await insert_link(conn, old_pack) for _ in range(3)])
     await conn.execute(
         "UPDATE connector_remote_link SET mapping_fingerprint = $1, body_fingerprint = $2",
         hex64("m1"),
         hex64("b1"),
     )
-    return Links(keys, old_pack, new_pack)
+    return Links(keys, old_pack, installs)
+
+
+def produced(links: Links, to: str, row: LinkRowState) -> tuple[str, str]:
+    """The fingerprints install `to` produces for `row` (what a plan must carry)."""
+    fingerprints = install_fingerprints(
+        parse_pack(pack_document(*TARGETS[to])), str(links.installs[to]), row
+    )
+    assert fingerprints is not None
+    return fingerprints.mapping_fingerprint, fingerprints.body_fingerprint
 
 
 async def plan(
     conn: asyncpg.Connection, links: Links, keys: list[str], op: str = "op-1", to: str = "2"
 ) -> RevalidationManifest:
     rows = await q.link_states(conn, keys)
-    new = str(links.new_pack)
-    members = [plan_member(r, hex64(f"m{to}"), hex64(f"b{to}"), new) for r in rows]
+    new = str(links.installs[to])
+    members = [plan_member(r, *produced(links, to, r), new) for r in rows]
     return build_manifest(op, APPROVAL, members)
 
 
@@ -147,7 +176,7 @@ async def test_apply_moves_every_member_and_writes_one_receipt_each(
     for key, receipt in zip(links.keys, result.receipts, strict=True):
         row = await q.link_state_for_update(conn, key)
         assert row is not None
-        assert (row.mapping_fingerprint, row.body_fingerprint) == (hex64("m2"), hex64("b2"))
+        assert (row.mapping_fingerprint, row.body_fingerprint) == produced(links, "2", row)
         assert row.last_validated_pack_install_id == str(links.new_pack)
         assert row.last_mapping_revalidation_operation_id == "op-1"
         assert link_row_digest(row) == receipt.after_row_digest
@@ -367,6 +396,42 @@ async def test_bad_manifests_exit_2_before_touching_the_database(
         unreachable = "postgresql://nobody@127.0.0.1:1/none"
         assert (await _cli(command, str(path), "--database-url", unreachable)).exit_code == 2
     assert await state(conn) == before
+
+
+@pytest.mark.parametrize("field", ["new_mapping_fingerprint", "new_body_fingerprint"])
+async def test_an_edited_member_with_a_recomputed_digest_is_rejected_exit_3(
+    conn: asyncpg.Connection, links: Links, db_dsn: str, tmp_path: Path, field: str
+) -> None:
+    """Item 6 / REV-2: the digest proves the file consistent, not the values; each member's
+    new fingerprints are recomputed from its new install, so a forgery writes nothing."""
+    doc: dict[str, Any] = (await plan(conn, links, links.keys)).document()
+    doc["members"][1][field] = "0" * 64
+    doc["manifest_digest"] = document_digest(doc)
+    path = tmp_path / "tampered.json"
+    path.write_text(json.dumps(doc))
+    before = await state(conn)
+    for command in ("validate", "apply"):
+        result = await _cli(command, str(path), "--json", "--database-url", db_dsn)
+        assert result.exit_code == 3, result.output
+        answer = json.loads(result.output)
+        assert answer["status"] == "rejected" and answer["receipts"] == []
+        assert [(c["link_key"], c["reason"]) for c in answer["conflicts"]] == [
+            (links.keys[1], "not_the_installs_fingerprints")
+        ]
+    assert await state(conn) == before
+
+
+async def test_a_member_moving_to_an_install_without_its_slot_is_rejected(
+    conn: asyncpg.Connection, links: Links
+) -> None:
+    rows = await q.link_states(conn, links.keys[:1])
+    empty = str(links.old_pack)  # its manifest is not a pack: it produces nothing
+    members = [plan_member(rows[0], *produced(links, "2", rows[0]), empty)]
+    manifest = build_manifest("op-x", APPROVAL, members)
+    for entry in (validate, apply):
+        assert reasons(await entry(conn, manifest)) == [
+            (links.keys[0], C.NOT_THE_INSTALLS_FINGERPRINTS)
+        ]
 
 
 async def test_cli_exit_codes_distinguish_applied_already_applied_and_rejected(

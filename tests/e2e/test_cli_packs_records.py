@@ -151,6 +151,33 @@ def test_changed_manifest_is_a_new_install_with_queryable_lineage(
     }
 
 
+def test_reinstall_needs_its_confirmation_and_starts_a_new_incarnation(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    """Issue 14 item 7: the PackInstallId row of the drift matrix, reachable by an operator."""
+    file = write(tmp_path / "pack.yaml", demo_document())
+    first = apply_json(db_dsn, file)
+    before = pack_rows(db_dsn)
+    refused = run("pack", "apply", str(file), "--reinstall", "--database-url", db_dsn)
+    assert refused.exit_code == 2 and "--confirm-reinstall" in refused.stderr
+    assert "drift:pack_install" in refused.stderr and pack_rows(db_dsn) == before
+    alone = run("pack", "apply", str(file), "--confirm-reinstall", "--database-url", db_dsn)
+    assert alone.exit_code == 2 and pack_rows(db_dsn) == before
+    args = ("--reinstall", "--confirm-reinstall", "--database-url", db_dsn, "--json")
+    result = run("pack", "apply", str(file), *args)
+    assert result.exit_code == 0, result.output
+    again = json.loads(result.stdout)
+    assert again["outcome"] == "installed" and again["manifest_digest"] == first["manifest_digest"]
+    assert again["replaced_pack_install_id"] == first["pack_install_id"]
+    assert pack_rows(db_dsn)[2] == again["pack_install_id"] != first["pack_install_id"]
+    # A new incarnation, not an upgrade: no lineage back to the old install.
+    previous = fetchval(
+        db_dsn,
+        "SELECT previous_pack_install_id FROM pack_install WHERE active",
+    )
+    assert previous is None
+
+
 def test_pack_show_and_list_render_tables(db_dsn: str, tmp_path: Path) -> None:
     installed = apply_json(db_dsn, write(tmp_path / "pack.yaml", demo_document()))
     shown = run("pack", "show", "--owner-key", "demo-owner", "--database-url", db_dsn)

@@ -167,31 +167,45 @@ def target_new_slot(doc: Doc) -> None:
     contact_slot(doc)["destinationSlot"] = "remote-people"
 
 
+def base_url(doc: Doc) -> None:
+    contact_profile(doc)["baseUrl"] = "http://127.0.0.1:9"
+
+
 @pytest.mark.parametrize(
-    ("edit", "reinstalled"),
+    ("edit", "reinstalled", "surface"),
     [
-        pytest.param(reinstall, True, id="install-changed"),
-        pytest.param(credential_ref, False, id="credential-ref"),
-        pytest.param(endpoint_class, False, id="endpoint-class"),
-        pytest.param(update_path, False, id="update-path"),
-        pytest.param(mapping_rows, False, id="mapping-rows"),
-        pytest.param(target_new_slot, False, id="target-new-destination-slot"),
+        pytest.param(reinstall, True, "pack_install", id="install-changed"),
+        pytest.param(credential_ref, False, "credential_ref", id="credential-ref"),
+        pytest.param(endpoint_class, False, "endpoint", id="endpoint-class"),
+        pytest.param(base_url, False, "endpoint", id="base-url"),
+        pytest.param(update_path, False, "update_path", id="update-path"),
+        pytest.param(mapping_rows, False, "mapping", id="mapping-rows"),
+        pytest.param(target_new_slot, False, "target_new_slot", id="target-new-destination-slot"),
     ],
 )
 async def test_fail_closed_drift_suspends_and_sends_nothing(
-    stack: Stack, remote: BackgroundSandbox, edit: Callable[[Doc], None], reinstalled: bool
+    stack: Stack,
+    remote: BackgroundSandbox,
+    edit: Callable[[Doc], None],
+    reinstalled: bool,
+    surface: str,
 ) -> None:
+    """DRIFT-2; issue 14 item 7: `suspend_reason` names the surface (`drift:endpoint`)."""
     link = await finalized_contact(stack)
     await apply_edit(stack.pool, remote, edit, reinstall=reinstalled)
     decision = await stack.push("c-001")
     assert isinstance(decision, Rejected) and decision.reason is RejectReason.DRIFT_FAIL_CLOSED
     row = await suspended(stack, link["link_key"])
-    assert row is not None and row["suspend_reason"] == "drift"
-    assert any(f["disposition"] == "fail_closed" for f in json.loads(row["drift_findings"]))
+    assert row is not None and row["suspend_reason"] == f"drift:{surface}"
+    findings = json.loads(row["drift_findings"])
+    assert any(f["disposition"] == "fail_closed" for f in findings)
+    if edit is base_url:  # the binding that changed, not "objects-api -> objects-api"
+        (endpoint,) = [f for f in findings if f["surface"] == "endpoint"]
+        assert endpoint["detail"] == "base URL " + remote.url + " -> http://127.0.0.1:9"
     view = await eventually(
         lambda: stack.handle(link["link_key"]).query(LinkWorkflow.state), lambda v: v.needs_operator
     )
-    assert view.suspend_reason == "drift"
+    assert view.suspend_reason == f"drift:{surface}"
     assert await patches(stack) == []
 
 

@@ -44,6 +44,9 @@ async def test_commit_held_past_the_deadline(
         metrics = (await live.client.get("/metrics")).text
     dropped = 'endpoint="crm-drop",reason="deadline_exceeded"} 1'
     assert (dropped in metrics) is (status == 204)
+    # The status view's 503s (issue 14 item 4): counted per endpoint, drops are not 503s.
+    unavailable = 'connector_push_ingress_unavailable_total{endpoint="crm"} 1'
+    assert (unavailable in metrics) is (status == 503)
 
 
 async def test_sender_timeout_header_shortens_the_deadline(

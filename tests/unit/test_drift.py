@@ -9,7 +9,7 @@ import pytest
 
 from protocol.active import ActiveMetadata, resolve_active
 from protocol.admission import AttemptSummary, CreateReserved, DeferredAssociationReserved
-from protocol.drift import Disposition, DriftSurface, classify
+from protocol.drift import Disposition, DriftSurface, classify, suspend_reason
 from protocol.gates import decide_admission
 from protocol.states import AttemptStatus
 from tests.unit.factories import (
@@ -214,6 +214,24 @@ def test_destination_slot_replaced_covers_profile_and_target_rows() -> None:
         (S.TARGET_NEW_SLOT, D.FROZEN_NO_EFFECT),
         (S.PROFILE_REPLACED, D.FAIL_CLOSED),
     }
+
+
+def test_a_base_url_change_names_the_binding_and_the_suspension_names_the_surface() -> None:
+    """Issue 14 item 7: not `objects-api -> objects-api`, and `drift:endpoint`, not `drift`."""
+    before = demo_manifest().profiles[0].base_url
+    findings = classify(contact_link(), active_for(profile(baseUrl="https://eu.example.test")))
+    assert [(f.surface, f.detail) for f in findings] == [
+        (S.ENDPOINT, f"base URL {before} -> https://eu.example.test")
+    ]
+    assert suspend_reason(findings) == "drift:endpoint"
+    classed = classify(contact_link(), active_for(profile(endpointClass="objects-v2")))
+    assert classed[0].detail == "endpoint class objects-api -> objects-v2"
+
+
+def test_the_suspend_reason_is_the_first_fail_closed_surface() -> None:
+    findings = classify(contact_link(), active_for(add_mapping))
+    assert suspend_reason(findings) == "drift:mapping"
+    assert suspend_reason(classify(contact_link(), owner_changed())) == "drift:owner_identity"
 
 
 def test_no_drift_no_findings() -> None:

@@ -111,6 +111,18 @@ INVALID: list[tuple[str, Callable[[Doc], None], str, str]] = [
         "required",
     ),
     (
+        "literal token as CredentialRef",
+        _set("profiles.0.credentialRef", "pat-na1-0123456789abcdef"),
+        "profiles[0].credentialRef",
+        "must be a credential reference (env:NAME)",
+    ),
+    (
+        "undeclared CredentialRef scheme",
+        _set("profiles.1.credentialRef", "plain:SANDBOX_TOKEN"),
+        "profiles[1].credentialRef",
+        "not a secret",
+    ),
+    (
         "undeclared profile",
         _set("destinationSlots.0.profile", "ghost"),
         "destinationSlots[0].profile",
@@ -161,6 +173,15 @@ def test_invalid_manifest_names_the_field(
     text = str(info.value)
     assert field in text, text
     assert message in text, text
+
+
+@pytest.mark.parametrize("token", ["Bearer sk_live_51Hx", "pat-na1-0123456789abcdef", "env:a b"])
+def test_a_literal_credential_is_refused_without_echoing_it(token: str) -> None:
+    """Issue 14 item 7 / STO-3: a pasted secret never reaches the message (nor a cause)."""
+    with pytest.raises(ManifestInvalid) as info:
+        demo_manifest(_set("profiles.0.credentialRef", token))
+    assert "profiles[0].credentialRef" in str(info.value)
+    assert token not in str(info.value) and info.value.__cause__ is None
 
 
 def test_lineage_predecessors_are_transitive() -> None:

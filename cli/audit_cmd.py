@@ -1,0 +1,98 @@
+"""`connector-push audit`: the operator audit trail (SPEC OPS-2), newest first."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
+from cli.database import resolve_dsn as _dsn
+from db import audit as q
+from protocol.audit import AuditRecord
+from protocol.retention import AgeInvalid, parse_age
+
+_stdout = Console(highlight=False)
+
+
+def _since(text: str | None) -> datetime | None:
+    """An age (`24h`: since 24 hours ago) or an ISO-8601 time (UTC when no offset)."""
+    if text is None:
+        return None
+    try:
+        return datetime.now(UTC) - parse_age(text)
+    except AgeInvalid:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        bad_input(f"--since {text!r}: an age like 24h or 7d, or an ISO time like 2026-12-01T10:00")
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+async def _entries(
+    dsn: str, link_key: str | None, since: datetime | None, limit: int
+) -> list[AuditRecord]:
+    async with connect(dsn) as conn:
+        return await q.entries(conn, link_key, since, limit)
+
+
+def _short(value: object) -> str:
+    """Digests, install ids and link keys to a recognisable prefix (`--json` has them whole)."""
+    text = str(value)
+    return text if len(text) <= 24 else text[:16] + "…"
+
+
+def _state(value: object) -> str:
+    if not isinstance(value, dict):
+        return "-" if value is None else _short(value)
+    shown = [f"{k}={_short(v)}" for k, v in sorted(value.items()) if v is not None]
+    return "\n".join(shown) or "-"
+
+
+def _print(records: list[AuditRecord]) -> None:
+    if not records:
+        _stdout.print("no audit entries")
+        return
+    table = Table(title="operator audit trail (newest first)", title_justify="left")
+    for column in ("when", "operator", "command", "link key", "reason", "before", "after"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        table.add_row(
+            r.recorded_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            escape(r.operator),
+            r.command.value,
+            escape(_short(r.link_key or "-")),
+            escape(r.reason or "-"),
+            escape(_state(r.state_before)),
+            escape(_state(r.state_after) + f" ({r.outcome})"),
+        )
+    _stdout.print(table)
+
+
+def audit_command(
+    link_key: Annotated[
+        str | None, typer.Option("--link-key", help="Only entries about this link.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="An age (24h, 7d) or an ISO-8601 time.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most N.")] = 100,
+    database_url: DatabaseUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Every operator action: who, when, why, the command, the state before and after."""
+    records = asyncio.run(_entries(_dsn(database_url), link_key, _since(since), limit))
+    if as_json:
+        echo_json([r.model_dump(mode="json") for r in records])
+    else:
+        _print(records)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("audit")(audit_command)

@@ -1,0 +1,89 @@
+"""`connector-push prune`: retention of finished rows (SPEC OPS-3)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from activities.retention import prune
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
+from cli.database import resolve_dsn as _dsn
+from protocol.retention import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_KEEP_PATCHES,
+    AgeInvalid,
+    PruneInput,
+    PruneReport,
+    parse_age,
+)
+
+_stdout = Console(highlight=False)
+
+_KINDS = (
+    ("ingress_receipts", "ingress receipts (event finished or none)"),
+    ("events", "events (processed, skipped, dead)"),
+    ("patches", "PATCH rows beyond each link's newest N (finished)"),
+    ("patch_journal", "send-journal rows of those PATCHes"),
+    ("action_executions", "workflow action executions (delivered, stopped)"),
+)
+
+
+async def _run(dsn: str, request: PruneInput) -> PruneReport:
+    async with connect(dsn) as conn:
+        return await prune(conn, request, datetime.now(UTC))
+
+
+def _print(report: PruneReport, older_than: str) -> None:
+    verb = "would delete" if report.dry_run else "deleted"
+    table = Table(title=f"finished rows older than {older_than}: {verb}", title_justify="left")
+    table.add_column("rows", justify="right")
+    table.add_column("kind")
+    for field, label in _KINDS:
+        table.add_row(str(getattr(report.counts, field)), label)
+    _stdout.print(table)
+    note = "dry run: nothing deleted" if report.dry_run else "done"
+    _stdout.print(
+        f"{note}; never pruned: links, attempts, unresolved journals, "
+        "revalidation receipts, the audit trail"
+    )
+
+
+def prune_command(
+    older_than: Annotated[
+        str, typer.Option("--older-than", help="Age of finished rows to delete: 30d, 12h, 2w.")
+    ],
+    keep_patches: Annotated[
+        int, typer.Option("--keep-patches", min=0, help="PATCH rows each link keeps.")
+    ] = DEFAULT_KEEP_PATCHES,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, max=100_000, help="Rows per kind per batch.")
+    ] = DEFAULT_BATCH_SIZE,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count only; delete nothing.")] = False,
+    database_url: DatabaseUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Delete finished ingress receipts, events, action executions and old PATCH rows."""
+    try:
+        age = parse_age(older_than)
+    except AgeInvalid as error:
+        bad_input(f"--older-than: {error}")
+    request = PruneInput(
+        older_than_seconds=int(age.total_seconds()),
+        keep_patches_per_link=keep_patches,
+        batch_size=batch_size,
+        dry_run=dry_run,
+    )
+    report = asyncio.run(_run(_dsn(database_url), request))
+    if as_json:
+        echo_json(report.model_dump(mode="json"))
+    else:
+        _print(report, older_than)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("prune")(prune_command)

@@ -1,0 +1,79 @@
+"""The operator's status view (issue 14 item 4): one snapshot, two renderings.
+
+`connector-push status` draws a `StatusSnapshot` as a dashboard and the worker
+publishes the same snapshot as Prometheus gauges (`gauges`), so the terminal and
+the metrics endpoint can never disagree about a number.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Rates are counted over this window and reported per minute.
+RATE_WINDOW_SECONDS: Final = 300
+GAUGE_PREFIX: Final = "connector_push_status_"
+
+
+class OldestParked(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    link_key: str
+    reason: str
+    since: datetime
+
+
+class StatusSnapshot(BaseModel):
+    """What Postgres says now; counts by label, rates per minute over `RATE_WINDOW_SECONDS`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    taken_at: datetime
+    links_by_state: dict[str, int] = Field(default_factory=dict)
+    # ambiguous_remote_effect / terminal_failed attempts, patch_outcome_unknown PATCHes.
+    parked_by_reason: dict[str, int] = Field(default_factory=dict)
+    # suspend_reason of suspended links: drift:<surface>, remote_deleted, remote_conflict...
+    suspended_by_surface: dict[str, int] = Field(default_factory=dict)
+    pending_attempts: int = 0
+    pending_patches: int = 0
+    creates_per_minute: float = 0.0
+    patches_per_minute: float = 0.0
+    ingress_admissions_per_minute: float = 0.0
+    # Counted by the ingress processes, not Postgres: None when no ingress was asked.
+    ingress_unavailable_total: int | None = None
+    oldest_parked: OldestParked | None = None
+
+    @property
+    def parked_total(self) -> int:
+        return sum(self.parked_by_reason.values())
+
+
+Gauge = tuple[str, dict[str, str], float]
+
+
+def gauges(s: StatusSnapshot, now: datetime) -> list[Gauge]:
+    """The snapshot as (gauge name, labels, value); label values come from our own enums
+    and stored reasons, never from request data."""
+    out: list[Gauge] = [
+        (f"{GAUGE_PREFIX}links", {"state": k}, v) for k, v in s.links_by_state.items()
+    ]
+    out += [(f"{GAUGE_PREFIX}parked", {"reason": k}, v) for k, v in s.parked_by_reason.items()]
+    out += [
+        (f"{GAUGE_PREFIX}suspended", {"surface": k}, v) for k, v in s.suspended_by_surface.items()
+    ]
+    out += [
+        (f"{GAUGE_PREFIX}queue_depth", {"kind": "attempt"}, s.pending_attempts),
+        (f"{GAUGE_PREFIX}queue_depth", {"kind": "patch"}, s.pending_patches),
+        (f"{GAUGE_PREFIX}per_minute", {"kind": "create"}, s.creates_per_minute),
+        (f"{GAUGE_PREFIX}per_minute", {"kind": "patch"}, s.patches_per_minute),
+        (
+            f"{GAUGE_PREFIX}per_minute",
+            {"kind": "ingress_admission"},
+            s.ingress_admissions_per_minute,
+        ),
+    ]
+    age = (now - s.oldest_parked.since).total_seconds() if s.oldest_parked else 0.0
+    out.append((f"{GAUGE_PREFIX}oldest_parked_age_seconds", {}, max(age, 0.0)))
+    return out
