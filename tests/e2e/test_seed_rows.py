@@ -16,14 +16,19 @@ import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
 
 from activities.admission import admit_save
 from activities.hooks import DispatchHooks
+from activities.patch import plan_patch
 from activities.record_loader import load_records, parse_records_document
 from activities.wake import wake_link
+from db.journal import checkpoint_patch
+from db.links import lock_link_key
 from db.relay import links_with_pending_work
-from protocol.admission import CreateReserved, SaveRequest
+from protocol.admission import CreateReserved, PatchQueued, SaveRequest
+from protocol.identity import link_key
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import OWNER, Stack, contact_key
@@ -227,3 +232,89 @@ async def test_a_row_in_an_unknown_lane_is_never_claimed_or_recovered(
         "SELECT count(*) FROM connector_send_journal WHERE attempt_id = $1", before["attempt_id"]
     )
     assert journal == 0
+
+
+# -- PATCH claim recovery ---------------------------------------------------------------
+
+
+async def _finalized(stack: Stack, record_id: str, **where: str) -> str:
+    await stack.push(record_id, **where)
+    slot = where.get("slot", "push-contact")
+    key = link_key(OWNER, slot, where.get("obj", "Contact"), record_id,
+                   where.get("dest", "remote-contacts"))  # fmt: skip
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    return key
+
+
+async def _abandoned_patch(stack: Stack, key: str, save: SaveRequest, *, checkpoint: bool) -> None:
+    """Admit a save (a PATCH queued, nobody woken), then run a worker's real planning step
+    (claim, gate, freeze the body) and, with `checkpoint`, its RemoteIOStartedAt checkpoint,
+    and go no further: what a worker killed at that point leaves behind."""
+    decision = await admit_save(
+        stack.pool, save, idempotency_key="unused", locator_value="unused", now=datetime.now(UTC)
+    )
+    assert isinstance(decision, PatchQueued), decision
+    async with stack.pool.acquire() as conn, conn.transaction():
+        await lock_link_key(conn, key)
+        plan = await plan_patch(conn, key)
+    assert plan is not None and plan.journal_id is None
+    if checkpoint:
+        async with stack.pool.acquire() as conn:
+            assert await checkpoint_patch(conn, plan.patch_id, plan.token) is not None
+
+
+def _save(record_id: str, **where: str) -> SaveRequest:
+    return SaveRequest(
+        connector_owner_key=OWNER,
+        action_slot_id=where.get("slot", "push-contact"),
+        destination_slot_id=where.get("dest", "remote-contacts"),
+        source_object=where.get("obj", "Contact"),
+        source_record_id=record_id,
+        originating_user_id="alice",
+    )
+
+
+async def _patches(stack: Stack, key: str) -> list[asyncpg.Record]:
+    return await stack.pool.fetch(
+        "SELECT status, retry_count, remote_io_started_at FROM connector_patch_dispatch "
+        "WHERE link_key = $1 ORDER BY created_at",
+        key,
+    )
+
+
+async def test_a_patch_claim_lost_before_its_checkpoint_returns_to_pending_and_sends_once(
+    stack: Stack,
+) -> None:
+    """Seed "Deferred Association Dispatch Lane" (PATCH recovery) / SPEC §4 PAT: a
+    `processing` PATCH whose worker died before its checkpoint goes back to `pending` with
+    its retry count advanced, and the restarted workflow sends it exactly once."""
+    key = await _finalized(stack, "c-001")
+    await set_fields(stack, "c-001", {"FirstName": "Augusta"})
+    await _abandoned_patch(stack, key, _save("c-001"), checkpoint=False)
+    [lost] = await _patches(stack, key)
+    assert lost["status"] == "processing" and lost["remote_io_started_at"] is None
+    await wake_link(stack.client, stack.task_queue, key, None)
+    rows = await eventually(
+        lambda: _patches(stack, key), lambda rs: [r["status"] for r in rs] == ["succeeded"]
+    )
+    assert rows[0]["retry_count"] == 1
+    assert len(await stack.sandbox.ledger(object_type="contacts", kind="patch")) == 1
+
+
+async def test_a_patch_checkpointed_on_a_non_replay_safe_profile_parks_ambiguous_unsent(
+    stack: Stack,
+) -> None:
+    """After its checkpoint the PATCH may have left: on a profile that does not declare
+    PATCH replay-safe (the companies' `sandbox-plain`) the restarted workflow parks it
+    `ambiguous_remote_effect` and never re-sends it (SPEC §4 PAT, REC-4)."""
+    await _finalized(stack, "c-002")
+    company = {"slot": "push-company", "obj": "Account", "dest": "remote-companies"}
+    key = await _finalized(stack, "a-002", **company)
+    await _abandoned_patch(stack, key, _save("a-002", **company), checkpoint=True)
+    await wake_link(stack.client, stack.task_queue, key, None)
+    rows = await eventually(
+        lambda: _patches(stack, key),
+        lambda rs: [r["status"] for r in rs] == ["ambiguous_remote_effect"],
+    )
+    assert rows[0]["remote_io_started_at"] is not None
+    assert await stack.sandbox.ledger(object_type="companies", kind="patch") == []
