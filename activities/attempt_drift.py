@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncpg
 
 from activities.packs import install_cached
-from activities.rows import attempt_snapshot
+from activities.rows import attempt_snapshot, jsonb
 from db import links as q
 from db.records import Conn
 from protocol.active import resolve_active
@@ -37,14 +37,14 @@ async def attempt_findings(conn: Conn, attempt: asyncpg.Record) -> list[Finding]
 
 
 async def drift_refusal(conn: Conn, attempt: asyncpg.Record) -> str | None:
-    """Record the findings (a statement only when there are any); the refusal detail when
+    """Record the findings (a statement only when they changed); the refusal detail when
     one fails closed. The caller parks the attempt; nothing is sent."""
     findings = await attempt_findings(conn, attempt)
     if not findings:
         return None
-    await q.record_attempt_drift(
-        conn, str(attempt["attempt_id"]), [f.model_dump(mode="json") for f in findings]
-    )
+    dumped = [f.model_dump(mode="json") for f in findings]
+    if jsonb(attempt["drift_findings"]) != dumped:  # a retried try rewrites nothing
+        await q.record_attempt_drift(conn, str(attempt["attempt_id"]), dumped)
     if not fails_closed(findings):
         return None
     closed = [f for f in findings if f.disposition is Disposition.FAIL_CLOSED]
