@@ -28,6 +28,7 @@ from protocol.admission import (
     AssociationTarget,
     AttemptSummary,
     LineageRow,
+    RecordOwnershipRow,
     RecordView,
     SaveRequest,
 )
@@ -38,6 +39,7 @@ from protocol.states import AttemptStatus, LinkStatus
 
 SlotKey = tuple[str, str, str]  # owner key, action slot, destination slot
 Locus = tuple[str, str, str, str]  # owner key, action slot, source object, record id
+RecordId = tuple[str, str, str]  # owner key, source object, record id
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ def _locus(save: SaveRequest, slot_id: str | None = None) -> Locus:
     return (save.connector_owner_key, slot, save.source_object, save.source_record_id)
 
 
+def _record_id(save: SaveRequest) -> RecordId:
+    return (save.connector_owner_key, save.source_object, save.source_record_id)
+
+
 def _permission_key(save: SaveRequest) -> tuple[str, str, str] | None:
     user = save.originating_user_id
     return (user, save.source_object, save.source_record_id) if user else None
@@ -76,6 +82,10 @@ class AdmissionFacts:
     attempts: dict[str, list[AttemptSummary]] = field(default_factory=dict)
     loci: dict[Locus, set[str]] = field(default_factory=lambda: defaultdict(set))
     rebound: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    # Every link and attempt of the saves' records, any slot (GATE-1).
+    owned: dict[RecordId, list[RecordOwnershipRow]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
 
     def active(self, save: SaveRequest) -> ActiveMetadata | None:
         return self.actives[_slot_key(save)]
@@ -98,6 +108,9 @@ class AdmissionFacts:
             link=self.links.get(item.key),
             attempts=tuple(self.attempts.get(item.key, ())),
             lineage_rows=self._lineage(save, active),
+            record_rows=tuple(
+                r for r in self.owned.get(_record_id(save), ()) if r.link_key != item.key
+            ),
             record=view,
             permissions=self.permissions[permission_key] if permission_key else None,
             association_targets=self._targets(active, view),
@@ -110,6 +123,15 @@ class AdmissionFacts:
         """This batch reserved `attempt` for the save's key."""
         self.attempts.setdefault(item.key, []).append(attempt)
         self.loci[_locus(item.save)].add(item.key)
+        save = item.save
+        self.owned[_record_id(save)].append(
+            RecordOwnershipRow(
+                link_key=item.key,
+                action_slot_id=save.action_slot_id,
+                destination_slot_id=save.destination_slot_id,
+                attempt_status=attempt.status,
+            )
+        )
 
     def suspended(self, key: str, reason: str) -> None:
         """This batch suspended the key's finalized link for drift (DRIFT-2)."""
@@ -121,6 +143,15 @@ class AdmissionFacts:
         self.link_states[key] = AssociationTarget(
             link_status=LinkStatus.SUSPENDED_DRIFT, remote_id=link.remote_id
         )
+        rows = self.owned[
+            (link.slot.connector_owner_key, link.slot.source_object, link.source_record_id)
+        ]
+        rows[:] = [
+            r.model_copy(update={"link_status": LinkStatus.SUSPENDED_DRIFT})
+            if r.link_key == key and r.link_status is not None
+            else r
+            for r in rows
+        ]
 
     def _lineage(self, save: SaveRequest, active: ActiveMetadata | None) -> tuple[LineageRow, ...]:
         """Links, then attempts, of this record under each predecessor slot (ID-6)."""
@@ -178,9 +209,28 @@ async def load_facts(conn: Conn, items: list[SaveToAdmit]) -> AdmissionFacts:
     for item in items:
         if item.key in facts.links or item.key in facts.attempts:
             facts.loci[_locus(item.save)].add(item.key)
-    await _load_lineage(conn, facts, saves, set(keys))
+    rows = await q.record_rows_many(conn, sorted({_record_id(s) for s in saves}))
+    for row in rows:
+        facts.owned[_record_id_of(row)].append(_ownership(row))
+    await _load_lineage(conn, facts, saves, set(keys), rows)
     await _load_targets(conn, facts, saves)
     return facts
+
+
+def _record_id_of(row: q.Row) -> RecordId:
+    return (row["connector_owner_key"], row["source_object"], row["source_record_id"])
+
+
+def _ownership(row: q.Row) -> RecordOwnershipRow:
+    is_link = row["kind"] == "link"
+    return RecordOwnershipRow(
+        link_key=row["link_key"],
+        action_slot_id=row["action_slot_id"],
+        destination_slot_id=row["destination_slot_id"],
+        link_status=LinkStatus(row["status"]) if is_link else None,
+        attempt_status=None if is_link else AttemptStatus(row["status"]),
+        remote_id=row["remote_id"],
+    )
 
 
 def _summary(row: q.Row) -> AttemptSummary:
@@ -216,10 +266,14 @@ async def _actives(conn: Conn, saves: list[SaveRequest]) -> dict[SlotKey, Active
 
 
 async def _load_lineage(
-    conn: Conn, facts: AdmissionFacts, saves: list[SaveRequest], own_keys: set[str]
+    conn: Conn,
+    facts: AdmissionFacts,
+    saves: list[SaveRequest],
+    own_keys: set[str],
+    record_rows: list[q.Row],
 ) -> None:
-    """Rows for the saves' records under every predecessor slot (ID-6), and which of those
-    slots the active install rebinds; nothing at all when no save's slot has lineage."""
+    """Rows for the saves' records under every predecessor slot (ID-6), taken from the
+    records' rows already read, and which of those slots the active install rebinds."""
     wanted: set[Locus] = set()
     for save in saves:
         active = facts.active(save)
@@ -232,7 +286,7 @@ async def _load_lineage(
             facts.rebound[pair] = frozenset(r.from_slot for r in rows if r.kind == "rebind")
     if not wanted:
         return
-    for row in await q.lineage_rows_many(conn, sorted(wanted)):
+    for row in record_rows:
         key = row["link_key"]
         locus = (
             row["connector_owner_key"],
@@ -240,6 +294,8 @@ async def _load_lineage(
             row["source_object"],
             row["source_record_id"],
         )
+        if locus not in wanted:
+            continue
         facts.loci[locus].add(key)
         if key in own_keys:
             continue  # a save's own key: its link and attempts are loaded in full already

@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import remote
+from activities.attempt_drift import drift_refusal
 from activities.deferred import resolve_deferred
 from activities.evidence import attempt_recovery, owner_of_remote_id, record_try, retry_delay
 from activities.link_base import LinkActivityBase, fail, require_cas
@@ -130,6 +131,10 @@ class LinkActivities(LinkActivityBase):
     ) -> _Plan:
         """REC-4: act on what `protocol.recovery.next_step` decided from the journal."""
         attempt_id, token = str(attempt["attempt_id"]), uuid.uuid4()
+        if decision.step in (Step.SEND, Step.RESEND_REPLAY_SAFE):
+            refusal = await self._drift_gate(conn, key, attempt)
+            if refusal is not None:
+                return refusal
         match decision.step:
             case Step.SEND:
                 return await self._claim(conn, key, attempt, request, token)
@@ -148,6 +153,32 @@ class LinkActivities(LinkActivityBase):
                 return StepResult(kind=StepKind.WRITEBACK_PENDING, view=await self._view(conn, key))
             case Step.NOTHING | Step.READ_BACK | Step.SUSPEND_CONFLICT:
                 return StepResult(kind=StepKind.PARKED, view=await self._view(conn, key))
+
+    async def _drift_gate(
+        self, conn: Conn, key: str, attempt: asyncpg.Record
+    ) -> ApplicationError | None:
+        """GATE-2: a fail-closed drift finding parks the attempt before any POST: nothing
+        was sent yet -> `terminal_failed`; an earlier try may have landed -> ambiguous."""
+        detail = await drift_refusal(conn, attempt)
+        if detail is None:
+            return None
+        sent_before = attempt["remote_io_started_at"] is not None
+        target = "ambiguous_remote_effect" if sent_before else "terminal_failed"
+        moved = await q.move_attempt(
+            conn,
+            str(attempt["attempt_id"]),
+            ["pending", "processing", "post_sent"],
+            target,
+            last_error=detail,
+        )
+        require_cas(moved, "move_attempt")
+        log.warning(
+            "attempt parked %s before POST: %s",
+            target,
+            detail,
+            extra={"link_key": key, "attempt_id": str(attempt["attempt_id"])},
+        )
+        return fail(E.GATE_FAILED, detail, await self._view(conn, key))
 
     async def _park_planned(
         self, conn: Conn, key: str, attempt_id: str, decision: Decision

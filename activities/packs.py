@@ -185,6 +185,13 @@ async def get_install(conn: Conn, pack_install_id: str) -> ActivePack | None:
     return None if row is None else await _active_pack(conn, row)
 
 
+async def install_cached(conn: Conn, pack_install_id: str) -> ActivePack | None:
+    """`get_install` without a statement when the install was parsed before (its manifest,
+    lineage and ancestors never change)."""
+    cached = _INSTALLS.get(pack_install_id)
+    return cached if cached is not None else await get_install(conn, pack_install_id)
+
+
 async def active_manifests(conn: Conn) -> list[PackManifest]:
     """The manifest of every owner key's active install."""
     packs = [await get_active_pack(conn, owner) for owner in await q.select_active_owner_keys(conn)]

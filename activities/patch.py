@@ -87,7 +87,10 @@ async def plan_patch(conn: Conn, key: str) -> PatchSend | None:
     if in_flight is not None and in_flight["remote_io_started_at"] is not None:
         plan = await _resume_sent(conn, in_flight, link, token, guard)
     else:
-        patch = in_flight or await pq.pending_patch(conn, key)
+        if in_flight is not None:
+            # Its claim was lost before any remote I/O: pending again, retry count +1.
+            await pq.release_lost_patch(conn, in_flight["patch_id"])
+        patch = await pq.pending_patch(conn, key)
         if patch is None or not await pq.claim_patch(conn, patch["patch_id"], token):
             return None
         plan = await _build(conn, key, link, patch, token, guard)

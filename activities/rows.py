@@ -15,6 +15,8 @@ from protocol.messages import LinkView
 from protocol.recovery import JournalEntry, SendOutcome
 from protocol.snapshots import (
     ActionConfigSnapshot,
+    AttemptSnapshot,
+    AuthoritySnapshot,
     CreateRequestSnapshot,
     LinkSnapshot,
     ProfileSnapshot,
@@ -129,14 +131,7 @@ def link_snapshot(row: asyncpg.Record) -> LinkSnapshot:
             source_object=row["source_object"],
         ),
         source_record_id=row["source_record_id"],
-        names=SlotNames(
-            connector_namespace=row["connector_namespace"],
-            flow_developer_name=row["flow_developer_name"],
-            flow_action_name=row["flow_action_name"],
-            flow_version=row["flow_version"] or "",
-            target_object=row["target_object"],
-            profile_name=row["profile_name"],
-        ),
+        names=_slot_names(row),
         created_pack_install_id=str(row["created_pack_install_id"]),
         last_validated_pack_install_id=str(row["last_validated_pack_install_id"]),
         profile=ProfileSnapshot.model_validate(jsonb(row["profile_snapshot"])),
@@ -171,6 +166,47 @@ def attempt_summary(row: asyncpg.Record) -> AttemptSummary:
         status=AttemptStatus(row["status"]),
         dispatch_lane=row["dispatch_lane"],
         attempt_ordinal=row["attempt_ordinal"],
+    )
+
+
+def _slot_names(row: asyncpg.Record) -> SlotNames:
+    return SlotNames(
+        connector_namespace=row["connector_namespace"],
+        flow_developer_name=row["flow_developer_name"],
+        flow_action_name=row["flow_action_name"],
+        flow_version=row["flow_version"] or "",
+        target_object=row["target_object"],
+        profile_name=row["profile_name"],
+    )
+
+
+def attempt_snapshot(row: asyncpg.Record) -> AttemptSnapshot:
+    """The stored attempt as the drift classifier sees it before a POST (GATE-2)."""
+    request = request_of(row)
+    return AttemptSnapshot(
+        attempt_id=str(row["attempt_id"]),
+        link_key=row["link_key"],
+        slot=StableSlot(
+            connector_owner_key=row["connector_owner_key"],
+            action_slot_id=row["action_slot_id"],
+            destination_slot_id=row["destination_slot_id"],
+            source_object=row["source_object"],
+        ),
+        source_record_id=row["source_record_id"],
+        names=_slot_names(row),
+        pack_install_id=str(row["pack_install_id"]),
+        remote_scope=request.remote_scope,
+        status=AttemptStatus(row["status"]),
+        dispatch_lane=row["dispatch_lane"],
+        attempt_ordinal=row["attempt_ordinal"],
+        remote_io_started_at=row["remote_io_started_at"],
+        action=ActionConfigSnapshot.model_validate(jsonb(row["action_snapshot"])),
+        request=request,
+        authority=AuthoritySnapshot.model_validate(jsonb(row["authority_snapshot"])),
+        association_vector=tuple(jsonb(row["association_source_ids"]) or ()),
+        writeback=writeback_of(row),
+        retry_count=row["retry_count"],
+        last_error=row["last_error"],
     )
 
 

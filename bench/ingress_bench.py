@@ -76,6 +76,8 @@ def _policy() -> dict[str, object]:
                     "scheme": "v3",
                     "secret_env": "BENCH_WEBHOOK_SECRET",
                     "public_base_url": PUBLIC_BASE,
+                    "signature_header": "x-hubspot-signature-v3",
+                    "timestamp_header": "x-hubspot-request-timestamp",
                 },
                 "event_type_field": "subscriptionType",
                 "identity": IDENTITY,

@@ -58,6 +58,8 @@ def _policy(batch: int) -> dict[str, object]:
             "scheme": "v3",
             "secret_env": "BENCH_WEBHOOK_SECRET",
             "public_base_url": "http://127.0.0.1",
+            "signature_header": "x-hubspot-signature-v3",
+            "timestamp_header": "x-hubspot-request-timestamp",
         },
         "event_type_field": "subscriptionType",
         "identity": {"kind": "legacy", "path": "eventId"},

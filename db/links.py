@@ -28,12 +28,18 @@ async def lock_link_key(conn: Conn, link_key: str) -> None:
 
 
 async def occupying_attempt(conn: Conn, link_key: str) -> Row | None:
-    """The attempt holding the create slot (ID-5), locked for this transaction."""
+    """The attempt holding the create slot (ID-5), locked for this transaction, with its
+    owner's active install id (`active_pack_install_id`, null when none) read in the same
+    statement: the attempt-side drift check before a POST needs it (GATE-2)."""
     return await conn.fetchrow(
         """
-        SELECT * FROM connector_push_attempt
-        WHERE link_key = $1 AND status NOT IN ('finalized', 'superseded')
-        FOR UPDATE
+        SELECT a.*,
+               (SELECT p.pack_install_id::text FROM pack_install p
+                WHERE p.connector_owner_key = a.connector_owner_key AND p.active)
+                   AS active_pack_install_id
+        FROM connector_push_attempt a
+        WHERE a.link_key = $1 AND a.status NOT IN ('finalized', 'superseded')
+        FOR UPDATE OF a
         """,
         link_key,
     )
@@ -192,6 +198,15 @@ def _param(value: Any) -> Any:
     if isinstance(value, (dict, list)):
         return json.dumps(value)
     return value
+
+
+async def record_attempt_drift(conn: Conn, attempt_id: str, findings: list[dict[str, Any]]) -> None:
+    """GATE-2: the drift findings of the attempt's frozen snapshot, as last classified."""
+    await conn.execute(
+        "UPDATE connector_push_attempt SET drift_findings = $2::jsonb WHERE attempt_id = $1",
+        uuid.UUID(attempt_id),
+        json.dumps(findings),
+    )
 
 
 async def freeze_completed_request(
@@ -398,4 +413,34 @@ async def insert_attempts(conn: Conn, rows: list[dict[str, Any]]) -> None:
         f"INSERT INTO connector_push_attempt ({listed}) SELECT {listed} "
         "FROM jsonb_populate_recordset(NULL::connector_push_attempt, $1::jsonb)",
         json.dumps(rows, separators=(",", ":")),
+    )
+
+
+async def record_rows_many(conn: Conn, records: list[tuple[str, str, str]]) -> list[Row]:
+    """Every link (kind 'link') and attempt (kind 'attempt') of each (owner key, source
+    object, record id), under any action or destination slot, with its key: what the
+    prior-ownership gate (GATE-1) and the lineage check (ID-6) weigh."""
+    return await conn.fetch(
+        """
+        WITH k AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
+                AS k(owner_key, source_object, record_id)
+        )
+        SELECT 'link' AS kind, l.link_key, l.connector_owner_key, l.action_slot_id,
+               l.destination_slot_id, l.source_object, l.source_record_id, l.status,
+               l.remote_id, NULL::uuid AS attempt_id, NULL::integer AS attempt_ordinal,
+               NULL::text AS dispatch_lane
+        FROM connector_remote_link l JOIN k
+          ON l.connector_owner_key = k.owner_key
+         AND l.source_object = k.source_object AND l.source_record_id = k.record_id
+        UNION ALL
+        SELECT 'attempt', a.link_key, a.connector_owner_key, a.action_slot_id,
+               a.destination_slot_id, a.source_object, a.source_record_id, a.status, NULL,
+               a.attempt_id, a.attempt_ordinal, a.dispatch_lane
+        FROM connector_push_attempt a JOIN k
+          ON a.connector_owner_key = k.owner_key
+         AND a.source_object = k.source_object AND a.source_record_id = k.record_id
+        ORDER BY link_key, attempt_ordinal NULLS FIRST
+        """,
+        *([record[i] for record in records] for i in range(3)),
     )

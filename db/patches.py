@@ -40,6 +40,35 @@ async def in_flight_patch(conn: Conn, link_key: str) -> Row | None:
     )
 
 
+async def release_lost_patch(conn: Conn, patch_id: uuid.UUID) -> str | None:
+    """A `processing` PATCH whose claim was lost before any remote I/O (its worker died or
+    outlived its timeout; the checkpoint is null): back to `pending` with its retry count
+    advanced (PAT, seed "Deferred Association Dispatch Lane"); or, when a newer save has
+    queued one meanwhile (one pending per link), `failed` with the reason, so the queued
+    PATCH, built from the latest record, goes instead. Nothing was sent. The new status."""
+    status: str | None = await conn.fetchval(
+        """
+        UPDATE connector_patch_dispatch p
+        SET status = CASE WHEN queued.patch_id IS NULL THEN 'pending' ELSE 'failed' END,
+            last_error = CASE WHEN queued.patch_id IS NULL THEN p.last_error
+                              ELSE 'claim lost before any remote I/O; a newer queued PATCH '
+                                   || 'carries the latest state' END,
+            claim_token = NULL, claimed_at = NULL, retry_count = p.retry_count + 1
+        FROM (SELECT $1::uuid AS id) AS me
+        LEFT JOIN LATERAL (
+            SELECT q.patch_id FROM connector_patch_dispatch q, connector_patch_dispatch mine
+            WHERE mine.patch_id = me.id AND q.link_key = mine.link_key AND q.status = 'pending'
+            LIMIT 1
+        ) AS queued ON true
+        WHERE p.patch_id = me.id AND p.status = 'processing' AND p.remote_io_started_at IS NULL
+          AND p.dispatch_lane = 'configured'
+        RETURNING p.status
+        """,
+        patch_id,
+    )
+    return status
+
+
 async def queue_patch(conn: Conn, link_key: str, user_id: str | None) -> str:
     """PATCH-2: coalesce into the queued PATCH (latest saver wins) or queue a new one."""
     patch_id = await conn.fetchval(

@@ -1,5 +1,8 @@
 """Request signature verification (SPEC ING-3): v3 by default, v2/v1 only by opt-in.
 
+The header names come from the endpoint's policy (`SignaturePolicy`); nothing here
+names a vendor.
+
 v3 is base64(HMAC-SHA256(secret, method + uri + raw body + timestamp)) with a
 millisecond timestamp bounded in the past and the future. The URI is the public
 URL the sender called (configured, never the Host header) with a fixed set of
@@ -20,13 +23,6 @@ from pydantic import SecretStr
 
 from ingress.errors import Rejection
 from protocol.ingress_policy import SignaturePolicy, SignatureScheme
-
-_DEFAULT_SIGNATURE_HEADER: Final = {
-    SignatureScheme.V3: "x-hubspot-signature-v3",
-    SignatureScheme.V2: "x-hubspot-signature",
-    SignatureScheme.V1: "x-hubspot-signature",
-}
-_DEFAULT_TIMESTAMP_HEADER: Final = "x-hubspot-request-timestamp"
 
 # Escapes the v3 scheme decodes before signing; the literal `?` that starts the
 # query is untouched because it was never escaped.
@@ -76,10 +72,9 @@ def _check_timestamp(policy: SignaturePolicy, raw: str, now_ms: int) -> None:
 
 
 def _v3(policy: SignaturePolicy, secret: bytes, request: SignedRequest, now_ms: int) -> None:
-    provided = _header(
-        request.headers, policy.signature_header or _DEFAULT_SIGNATURE_HEADER[policy.scheme]
-    )
-    timestamp = _header(request.headers, policy.timestamp_header or _DEFAULT_TIMESTAMP_HEADER)
+    provided = _header(request.headers, policy.signature_header)
+    assert policy.timestamp_header is not None, "the policy requires it for v3"
+    timestamp = _header(request.headers, policy.timestamp_header)
     _check_timestamp(policy, timestamp, now_ms)
     message = (request.method + request.uri).encode("utf-8") + request.body + timestamp.encode()
     digest = hmac.new(secret, message, hashlib.sha256).digest()
@@ -88,9 +83,7 @@ def _v3(policy: SignaturePolicy, secret: bytes, request: SignedRequest, now_ms: 
 
 
 def _legacy(policy: SignaturePolicy, secret: bytes, request: SignedRequest) -> None:
-    provided = _header(
-        request.headers, policy.signature_header or _DEFAULT_SIGNATURE_HEADER[policy.scheme]
-    )
+    provided = _header(request.headers, policy.signature_header)
     if policy.scheme is SignatureScheme.V2:
         message = secret + (request.method + request.uri).encode("utf-8") + request.body
     else:

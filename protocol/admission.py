@@ -63,6 +63,18 @@ class LineageRow(Snapshot):
         return self.rebound or (link_done and attempt_done)
 
 
+class RecordOwnershipRow(Snapshot):
+    """A link or attempt of this owner for this same source record under another link key
+    (any action or destination slot): what the prior-ownership gate weighs (GATE-1)."""
+
+    link_key: str
+    action_slot_id: str
+    destination_slot_id: str
+    link_status: LinkStatus | None = None
+    attempt_status: AttemptStatus | None = None
+    remote_id: str | None = None
+
+
 class AssociationTarget(Snapshot):
     """The target link found for one association contract's save-time source id."""
 
@@ -77,6 +89,7 @@ class AdmissionContext(Snapshot):
     link: LinkSnapshot | None = None
     attempts: tuple[AttemptSummary, ...] = ()
     lineage_rows: tuple[LineageRow, ...] = ()
+    record_rows: tuple[RecordOwnershipRow, ...] = ()
     record: RecordView
     permissions: PermissionFacts | None
     association_targets: dict[str, AssociationTarget] = Field(default_factory=dict)

@@ -516,7 +516,17 @@ def _stored_conflict(
     )
     if owner is not None:
         return R.REMOTE_ID_CLAIMED_TWICE, f"already linked by {owner.link_key}"
-    attempt = next((a for a in facts.attempts if a.link_key in keys), None)
+    # A finalized attempt's outcome is its link, weighed above (a retired predecessor link
+    # is how an operator hands a renamed slot's remote object over, GATE-1); any other
+    # attempt may still act, or may have acted, and blocks adoption.
+    attempt = next(
+        (
+            a
+            for a in facts.attempts
+            if a.link_key in keys and a.status is not AttemptStatus.FINALIZED
+        ),
+        None,
+    )
     if attempt is not None:
         return R.ATTEMPT_EXISTS, f"attempt {attempt.attempt_id} is {attempt.status.value}"
     return None

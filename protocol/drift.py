@@ -81,7 +81,9 @@ MATRIX: Final[dict[DriftSurface, tuple[Disposition, Disposition]]] = {
     S.ACTION_RECREATED: (X, X),
     S.NAMESPACE_RENAMED: (B, F),
     S.OWNER_IDENTITY: (X, X),
-    S.PACK_INSTALL: (X, F),  # a reinstall (new incarnation): fail closed until revalidated
+    # A reinstall (new incarnation): links fail closed until revalidated; an attempt
+    # frozen under the old one never POSTs under the new one (GATE-2).
+    S.PACK_INSTALL: (X, X),
     S.PACK_UPGRADED: (B, F),  # an apply on the same lineage: the other surfaces decide
     S.PROFILE_RENAMED: (B, F),
     S.PROFILE_REPLACED: (X, X),
@@ -95,8 +97,10 @@ MATRIX: Final[dict[DriftSurface, tuple[Disposition, Disposition]]] = {
     S.UPDATE_PATH: (X, B),  # * link benign if old and new render to the same route
     S.RESPONSE_ID_PATH: (B, F),
     S.MIRROR_FIELDS: (M, F),
-    S.TARGET_RENAMED: (X, F),
-    S.TARGET_NEW_SLOT: (X, F),
+    # The frozen request names a target the pack no longer maps this slot to: an
+    # attempt never POSTs to it (GATE-2, issue 15's target/destination row).
+    S.TARGET_RENAMED: (X, X),
+    S.TARGET_NEW_SLOT: (X, X),
     S.IDEMPOTENCY_SUPPORT: (B, F),
     S.PROFILE_PAYLOAD: (X, F),
 }

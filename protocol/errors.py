@@ -44,6 +44,7 @@ class RejectReason(StrEnum):
     LINK_RETIRED = "link_retired"
     UNSUPERSEDED_TERMINAL_ATTEMPT = "unsuperseded_terminal_attempt"
     LINEAGE_UNRESOLVED = "lineage_unresolved"
+    PRIOR_OWNERSHIP_UNCERTAIN = "prior_ownership_uncertain"
     FREEZE_FAILED = "freeze_failed"
     DRIFT_FAIL_CLOSED = "drift_fail_closed"
     UPDATE_PATH_UNRENDERABLE = "update_path_unrenderable"

@@ -34,6 +34,7 @@ from protocol.drift import classify, fails_closed
 from protocol.errors import RejectReason
 from protocol.identity import InvalidIdentityPart, link_key
 from protocol.manifest import ActionSlot, AssociationMode
+from protocol.ownership import prior_ownership
 from protocol.request import PatchRequest, build_patch_request, freeze_create_request
 from protocol.snapshots import (
     ActionConfigSnapshot,
@@ -251,6 +252,9 @@ def _decide_create(ctx: AdmissionContext, key: str) -> AdmissionDecision:
     unresolved = [r.slot_id for r in ctx.lineage_rows if not r.resolved]
     if unresolved:
         return Rejected(reason=R.LINEAGE_UNRESOLVED, detail=f"{unresolved}", link_key=key)
+    uncertain = prior_ownership(ctx, key)
+    if uncertain is not None:
+        return uncertain
     problem = _slot_problem(action)
     if problem is not None:
         return problem.model_copy(update={"link_key": key})

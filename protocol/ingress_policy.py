@@ -27,6 +27,7 @@ from protocol.save_api import SaveApiPolicy
 
 _NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _ENV_PATTERN: Final = r"^[A-Z_][A-Z0-9_]{0,127}$"
+_HEADER_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9-]*$"  # an HTTP header field name
 _DURATION: Final = TypeAdapter(timedelta)
 
 
@@ -108,8 +109,10 @@ class SignaturePolicy(_Strict):
     allow_legacy_signature: bool = False
     max_age_ms: Annotated[int, Field(gt=0, le=300_000)] = 300_000
     max_future_ms: Annotated[int, Field(ge=0, le=300_000)] = 60_000
-    signature_header: str | None = None
-    timestamp_header: str | None = None
+    # The scheme's header names are the endpoint's, never the core's: the ingress names
+    # no vendor (seed 004 "L0 Ordinary Ingress"); the demo uses the HubSpot v3 names.
+    signature_header: Annotated[str, Field(pattern=_HEADER_PATTERN)]
+    timestamp_header: Annotated[str, Field(pattern=_HEADER_PATTERN)] | None = None
 
     @model_validator(mode="after")
     def _legacy_needs_opt_in(self) -> Self:
@@ -118,6 +121,8 @@ class SignaturePolicy(_Strict):
                 f"signature scheme {self.scheme.value} has no replay protection; "
                 "set allow_legacy_signature: true to accept it"
             )
+        if self.scheme is SignatureScheme.V3 and self.timestamp_header is None:
+            raise ValueError("timestamp_header: the v3 scheme signs a timestamp header; name it")
         return self
 
 

@@ -113,10 +113,12 @@ async def insert_link(
     remote_id: str | None = None,
     status: str = "finalized",
     remote_scope: str = "portal-1",
+    columns: Mapping[str, object] | None = None,
 ) -> str:
     link_key = link_key or new_link_key()
     row = {
         **_stable(link_key),
+        **(columns or {}),
         "created_pack_install_id": pack_install_id,
         "last_validated_pack_install_id": pack_install_id,
         "credential_ref": "vault:hubspot",

@@ -37,6 +37,7 @@ from protocol.admission import (
     AdmissionDecision,
     AssociationTarget,
     LineageRow,
+    RecordOwnershipRow,
     RecordView,
     SaveRequest,
 )
@@ -293,6 +294,31 @@ async def test_a_batch_of_one_key_many_times_reserves_once(db_pool: asyncpg.Pool
     assert [a["attempt_ordinal"] for a in rows["attempts"] if a["link_key"] == key] == [1]
 
 
+async def test_prior_ownership_under_another_slot_is_seen_within_a_batch(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """GATE-1 (issue 15): with `push-contact-old` a live slot at the same destination and no
+    lineage, a record owned under one slot is refused under the other, including an
+    ownership the same batch reserved a moment earlier."""
+    async with db_pool.acquire() as conn:
+        await seed(conn)
+        await apply_pack(conn, pack(old_slot=True))
+        saves = [
+            contact("c-new-1"),
+            contact("c-new-1", slot="push-contact-old"),  # reserved just above, same batch
+            contact("c-linked", slot="push-contact-old"),  # a finalized link + its mirror
+            contact("c-lineage"),  # a pending attempt under push-contact-old
+        ]
+        decisions = await both_paths(conn, saves)
+        rows = await written(conn)
+    assert kinds(decisions) == ["create_reserved"] + ["prior_ownership_uncertain"] * 3
+    assert items([contact("c-new-1")])[0].key in decisions[1]["detail"]
+    assert "r-linked" in decisions[2]["detail"]
+    assert "pending" in decisions[3]["detail"]
+    # Nothing written for the refusals: only c-new-1's reservation is new.
+    assert len(rows["attempts"]) == 2  # c-lineage's old attempt and c-new-1's
+
+
 # -- the set-wise loader against the one-save reads it replaced -------------------------
 
 
@@ -338,6 +364,7 @@ async def reference_context(conn: Conn, item: SaveToAdmit) -> AdmissionContext:
             )
             for r in lineage
         ),
+        record_rows=await reference_record_rows(conn, item),
         record=view,
         permissions=(
             await store.read_permissions(user, save.source_object, save.source_record_id)
@@ -356,6 +383,43 @@ async def reference_context(conn: Conn, item: SaveToAdmit) -> AdmissionContext:
         locator_value=item.locator_value,
         decided_at=NOW,
     )
+
+
+async def reference_record_rows(conn: Conn, item: SaveToAdmit) -> tuple[RecordOwnershipRow, ...]:
+    """GATE-1's rows as one query per table for one save: the record's links, then its
+    attempts, under any other key, in key then ordinal order."""
+    save = item.save
+    where = (
+        "connector_owner_key = $1 AND source_object = $2 AND source_record_id = $3 "
+        "AND link_key <> $4"
+    )
+    args = (save.connector_owner_key, save.source_object, save.source_record_id, item.key)
+    links = await conn.fetch(
+        f"SELECT link_key, action_slot_id, destination_slot_id, status, remote_id "
+        f"FROM connector_remote_link WHERE {where}",
+        *args,
+    )
+    attempts = await conn.fetch(
+        f"SELECT link_key, action_slot_id, destination_slot_id, status, attempt_ordinal "
+        f"FROM connector_push_attempt WHERE {where}",
+        *args,
+    )
+    rows = [
+        (r["link_key"], 0, RecordOwnershipRow(
+            link_key=r["link_key"], action_slot_id=r["action_slot_id"],
+            destination_slot_id=r["destination_slot_id"],
+            link_status=LinkStatus(r["status"]), remote_id=r["remote_id"],
+        ))
+        for r in links
+    ] + [
+        (r["link_key"], r["attempt_ordinal"], RecordOwnershipRow(
+            link_key=r["link_key"], action_slot_id=r["action_slot_id"],
+            destination_slot_id=r["destination_slot_id"],
+            attempt_status=AttemptStatus(r["status"]),
+        ))
+        for r in attempts
+    ]  # fmt: skip
+    return tuple(r for _, _, r in sorted(rows, key=lambda x: (x[0], x[1])))
 
 
 @pytest.mark.parametrize("set_wise", ["alone", "in_one_batch"])

@@ -120,3 +120,25 @@ async def test_suspended_links_still_hold_their_locator(db_pool: asyncpg.Pool) -
         await set_status(conn, "link", first, "suspended_drift")
         with pytest.raises(RemoteLocatorClaimedError), invariant_errors():
             await insert_link(conn, pack_install_id, remote_id="remote-7")
+
+
+async def test_the_locator_scope_ignores_target_object_profile_and_slot_names(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """ID-4 / seed "Link Key": target object and profile names are validation snapshots, not
+    part of the uniqueness scope: two links with other names (and another action slot) but
+    the same owner, destination slot, scope and remote id are refused (issue 15)."""
+    renamed = {
+        "target_object": "people",
+        "profile_name": "hubspot-renamed",
+        "action_slot_id": "action-2",
+        "flow_action_name": "Push_Person",
+    }
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        await insert_link(conn, pack_install_id, remote_id="remote-77")
+        with pytest.raises(RemoteLocatorClaimedError), invariant_errors():
+            await insert_link(conn, pack_install_id, remote_id="remote-77", columns=renamed)
+        # The destination slot is part of the scope: another one is another locator.
+        other = {**renamed, "destination_slot_id": "dest-2"}
+        await insert_link(conn, pack_install_id, remote_id="remote-77", columns=other)

@@ -60,7 +60,13 @@ DELETION_ROUTE = {
 
 
 def _signature(secret_env: str) -> dict[str, Any]:
-    return {"scheme": "v3", "secret_env": secret_env, "public_base_url": PUBLIC_BASE}
+    return {
+        "scheme": "v3",
+        "secret_env": secret_env,
+        "public_base_url": PUBLIC_BASE,
+        "signature_header": "X-HubSpot-Signature-v3",
+        "timestamp_header": "X-HubSpot-Request-Timestamp",
+    }
 
 
 # Where must-complete completions go unless a test points them at a live sandbox.
@@ -182,6 +188,7 @@ class Live:
     client: httpx.AsyncClient
     base_url: str
     ingress: IngressApp
+    app: Any = None  # the ASGI app the server runs (to call it with a hand-built scope)
 
 
 @asynccontextmanager
@@ -202,7 +209,7 @@ async def live_server(
         await wait_until(started, what="uvicorn start")
         base_url = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as client:
-            yield Live(client, base_url, app.state.ingress)
+            yield Live(client, base_url, app.state.ingress, app)
     finally:
         server.should_exit = True
         await task

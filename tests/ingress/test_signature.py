@@ -1,10 +1,15 @@
-"""v3 signature verification (ING-3): an independent HMAC, URI decoding, time window."""
+"""v3 signature verification (ING-3): an independent HMAC, URI decoding, time window.
+
+The header names are the endpoint policy's (issue 15, seed 004 "L0 contains no
+HubSpot-specific names"): these tests use a made-up vendor's names throughout.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
@@ -14,7 +19,12 @@ from ingress.errors import Rejection
 from ingress.signature import SignedRequest, signing_uri, verify
 from protocol.ingress_policy import SignaturePolicy
 
-POLICY = SignaturePolicy(secret_env="S", public_base_url="https://hooks.example.test")
+POLICY = SignaturePolicy(
+    secret_env="S",
+    public_base_url="https://hooks.example.test",
+    signature_header="X-Acme-Signature",
+    timestamp_header="X-Acme-Timestamp",
+)
 SECRET = SecretStr("shh")
 NOW = 1_700_000_000_000
 
@@ -27,7 +37,7 @@ def _independent_v3(method: str, uri: str, body: bytes, ts: int) -> str:
 def _request(
     body: bytes, ts: int, signature: str, uri: str = "https://hooks.example.test/w"
 ) -> SignedRequest:
-    headers = Headers({"x-hubspot-signature-v3": signature, "x-hubspot-request-timestamp": str(ts)})
+    headers = Headers({"x-acme-signature": signature, "x-acme-timestamp": str(ts)})
     return SignedRequest("POST", uri, body, headers)
 
 
@@ -87,3 +97,32 @@ def test_uri_ignores_the_host_header_and_uses_the_configured_base() -> None:
         signing_uri("https://public.example/prefix", b"/w", b"")
         == "https://public.example/prefix/w"
     )
+
+
+def test_the_header_names_are_the_policys_not_a_vendors() -> None:
+    """A correctly signed request under other header names is unsigned for this endpoint."""
+    uri = "https://hooks.example.test/w"
+    signature = _independent_v3("POST", uri, b"[]", NOW)
+    hubspot = Headers(
+        {"x-hubspot-signature-v3": signature, "x-hubspot-request-timestamp": str(NOW)}
+    )
+    with pytest.raises(Rejection) as caught:
+        verify(POLICY, SECRET, SignedRequest("POST", uri, b"[]", hubspot), NOW)
+    assert (caught.value.status, caught.value.reason) == (401, "missing_signature")
+
+
+@pytest.mark.parametrize(
+    ("drop", "message"),
+    [("signature_header", "signature_header"), ("timestamp_header", "timestamp_header")],
+)
+def test_a_policy_must_name_its_headers(drop: str, message: str) -> None:
+    fields = POLICY.model_dump()
+    del fields[drop]
+    with pytest.raises(ValueError, match=message):
+        SignaturePolicy.model_validate(fields)
+
+
+def test_the_ingress_core_names_no_vendor() -> None:
+    root = Path(__file__).resolve().parents[2] / "ingress"
+    named = [p.name for p in root.rglob("*.py") if "hubspot" in p.read_text().lower()]
+    assert named == []

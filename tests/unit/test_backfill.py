@@ -291,6 +291,16 @@ def test_any_attempt_for_the_key_or_a_predecessor_key_blocks_adoption(action_slo
     assert decision.reason is R.ATTEMPT_EXISTS
 
 
+def test_a_finalized_attempt_of_a_retired_predecessor_link_does_not_block_adoption() -> None:
+    """Issue 15 (GATE-1's way out): a slot renamed with a declared rebind adopts the remote
+    object of the retired old link; the old link's finalized attempt is that link's past."""
+    old_key = key(action_slot="push-contact-v0")
+    attempt = AttemptFact(link_key=old_key, attempt_id="a-1", status=AttemptStatus.FINALIZED)
+    retired = link(old_key, "r-1", LinkStatus.RETIRED)
+    facts = StoredFacts(links=(retired,), attempts=(attempt,))
+    assert decide({RID: "r-1", PROV: MARKER}, facts).outcome is Outcome.ADOPTABLE
+
+
 def test_a_predecessor_link_to_another_remote_object_blocks_adoption() -> None:
     old = link(key(action_slot="push-contact-v0"), "r-9")
     decision = decide({RID: "r-1", PROV: MARKER}, StoredFacts(links=(old,)))

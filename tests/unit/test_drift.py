@@ -100,7 +100,7 @@ ROWS: list[tuple[DriftSurface, Callable[[], ActiveMetadata], Disposition, Dispos
         S.PACK_INSTALL,
         lambda: active_for(None, install="install-2"),
         D.FAIL_CLOSED,
-        D.FROZEN_NO_EFFECT,
+        D.FAIL_CLOSED,
     ),
     (
         # An upgrade on the same install lineage: validated surface by surface.
@@ -166,7 +166,7 @@ ROWS: list[tuple[DriftSurface, Callable[[], ActiveMetadata], Disposition, Dispos
         S.TARGET_RENAMED,
         lambda: active_for(destination(targetObject="people")),
         D.FAIL_CLOSED,
-        D.FROZEN_NO_EFFECT,
+        D.FAIL_CLOSED,
     ),
     (
         S.IDEMPOTENCY_SUPPORT,
@@ -211,7 +211,7 @@ def test_destination_slot_replaced_covers_profile_and_target_rows() -> None:
     attempt = {(f.surface, f.disposition) for f in classify(contact_attempt(), stored)}
     assert link == {(S.TARGET_NEW_SLOT, D.FAIL_CLOSED), (S.PROFILE_REPLACED, D.FAIL_CLOSED)}
     assert attempt == {
-        (S.TARGET_NEW_SLOT, D.FROZEN_NO_EFFECT),
+        (S.TARGET_NEW_SLOT, D.FAIL_CLOSED),
         (S.PROFILE_REPLACED, D.FAIL_CLOSED),
     }
 

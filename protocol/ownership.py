@@ -1,0 +1,114 @@
+"""The prior-ownership gate (SPEC GATE-1, ID-6; seed "Stable Slot Identity" and the drift
+row "Flow action removed/recreated with new or missing ActionSlotId").
+
+A create is reserved only when nothing suggests the record already owns a remote
+object at this destination. Two kinds of evidence count, both for the same owner
+and the same source record:
+
+1. a link that is not retired, or an attempt that is not released, under another
+   action slot at this destination slot, unless that slot is a declared lineage
+   predecessor of this one (those rows are ID-6's: `LineageRow`);
+2. a value in this slot's mirror field pair: a remote id, or a provenance naming
+   another link key or a legacy marker for this owner and destination, unless a
+   retired link of this record explains it (an operator resolved that ownership).
+   A live link under a lineage predecessor does not: a rebind declared in the pack
+   finds the old rows (ID-6), it does not move the remote object to the new slot;
+   `backfill` does that once the old link is retired, and until then a create
+   here would be a second remote object for the record.
+
+Anything else is `rejected(prior_ownership_uncertain)` naming what was found. A
+recomputed key that found no rows never proves absence on its own.
+"""
+
+from __future__ import annotations
+
+from pydantic import JsonValue
+
+from protocol.admission import AdmissionContext, RecordOwnershipRow, Rejected
+from protocol.backfill import LINK_KEY_PROVENANCE, ProvenanceFormat, parse_provenance
+from protocol.errors import RejectReason
+from protocol.states import ATTEMPT_RELEASED, LinkStatus
+
+
+def prior_ownership(ctx: AdmissionContext, key: str) -> Rejected | None:
+    """The refusal naming every piece of unexplained prior-ownership evidence, or None."""
+    assert ctx.active is not None and ctx.active.action is not None
+    lineage = frozenset(ctx.active.lineage_predecessors)
+    found = [*_other_slot_rows(ctx, lineage), *_mirror_evidence(ctx, key)]
+    if not found:
+        return None
+    return Rejected(
+        reason=RejectReason.PRIOR_OWNERSHIP_UNCERTAIN, detail="; ".join(found), link_key=key
+    )
+
+
+def _live(row: RecordOwnershipRow) -> bool:
+    link_live = row.link_status not in (None, LinkStatus.RETIRED)
+    attempt_live = row.attempt_status not in (None, *ATTEMPT_RELEASED)
+    return link_live or attempt_live
+
+
+def _other_slot_rows(ctx: AdmissionContext, lineage: frozenset[str]) -> list[str]:
+    save = ctx.save
+    return [
+        _describe(row)
+        for row in ctx.record_rows
+        if row.destination_slot_id == save.destination_slot_id
+        and row.action_slot_id != save.action_slot_id
+        and row.action_slot_id not in lineage
+        and _live(row)
+    ]
+
+
+def _describe(row: RecordOwnershipRow) -> str:
+    if row.link_status is not None:
+        what = f"link {row.link_key} ({row.link_status.value}, remote id {row.remote_id})"
+    else:
+        assert row.attempt_status is not None
+        what = f"attempt of {row.link_key} ({row.attempt_status.value})"
+    return f"{what} under slot {row.action_slot_id!r}"
+
+
+def _mirror_evidence(ctx: AdmissionContext, key: str) -> list[str]:
+    """Values in this slot's mirror pair that no retired link of the record explains."""
+    assert ctx.active is not None and ctx.active.action is not None
+    mirror = ctx.active.action.mirror
+    explaining = [row for row in ctx.record_rows if row.link_status is LinkStatus.RETIRED]
+    found: list[str] = []
+    remote_id = _text(ctx.record.fields.get(mirror.remote_id_field))
+    if remote_id is not None and not any(r.remote_id == remote_id for r in explaining):
+        found.append(f"{mirror.remote_id_field}={remote_id!r} in the record's mirror")
+    provenance = _text(ctx.record.fields.get(mirror.provenance_field))
+    if (
+        provenance is not None
+        and provenance != key
+        and _names_this_destination(ctx, provenance)
+        and not any(_explains(r, ctx, provenance) for r in explaining)
+    ):
+        found.append(f"{mirror.provenance_field}={provenance!r} in the record's mirror")
+    return found
+
+
+def _names_this_destination(ctx: AdmissionContext, provenance: str) -> bool:
+    """A link key (of any slot), or a legacy marker for this owner and destination."""
+    if LINK_KEY_PROVENANCE.fullmatch(provenance):
+        return True
+    parsed = parse_provenance(provenance)
+    return (
+        parsed is not None
+        and parsed.format is ProvenanceFormat.LEGACY_MARKER
+        and parsed.connector_owner_key == ctx.save.connector_owner_key
+        and parsed.destination_slot_id == ctx.save.destination_slot_id
+    )
+
+
+def _explains(row: RecordOwnershipRow, ctx: AdmissionContext, provenance: str) -> bool:
+    owner = ctx.save.connector_owner_key
+    marker = f"{owner}:{row.action_slot_id}:{row.destination_slot_id}"
+    return provenance in (row.link_key, marker)
+
+
+def _text(value: JsonValue) -> str | None:
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, str) else repr(value)

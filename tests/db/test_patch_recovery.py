@@ -1,0 +1,74 @@
+"""PATCH lease recovery (SPEC §4 PAT; seed "Deferred Association Dispatch Lane": a
+`processing` PATCH returns to `pending` with its retry count advanced only when
+`RemoteIOStartedAt` is null; issue 15)."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+
+from db import patches as pq
+from tests.db.rows import insert_link, insert_pack_install, insert_patch
+
+
+async def _row(conn: asyncpg.Connection, patch_id: uuid.UUID) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        "SELECT status, retry_count, claim_token, last_error FROM connector_patch_dispatch "
+        "WHERE patch_id = $1",
+        patch_id,
+    )
+    assert row is not None
+    return row
+
+
+async def _lost(conn: asyncpg.Connection, link_key: str) -> uuid.UUID:
+    patch_id = await insert_patch(conn, link_key=link_key)
+    assert await pq.claim_patch(conn, patch_id, uuid.uuid4())
+    return patch_id
+
+
+async def test_a_lost_claim_without_checkpoint_returns_to_pending_counting_the_retry(
+    db_pool: asyncpg.Pool,
+) -> None:
+    async with db_pool.acquire() as conn:
+        link = await insert_link(conn, await insert_pack_install(conn))
+        patch_id = await _lost(conn, link)
+        assert await pq.release_lost_patch(conn, patch_id) == "pending"
+        row = await _row(conn, patch_id)
+        assert (row["status"], row["retry_count"], row["claim_token"]) == ("pending", 1, None)
+
+
+async def test_with_a_newer_queued_patch_the_lost_one_fails_and_the_queued_one_goes(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """One pending PATCH per link: the newer queued one (the latest state) is what goes."""
+    async with db_pool.acquire() as conn:
+        link = await insert_link(conn, await insert_pack_install(conn))
+        patch_id = await _lost(conn, link)
+        queued = await insert_patch(conn, link_key=link)
+        assert await pq.release_lost_patch(conn, patch_id) == "failed"
+        row = await _row(conn, patch_id)
+        assert (row["status"], row["retry_count"]) == ("failed", 1)
+        assert "claim lost before any remote I/O" in row["last_error"]
+        assert (await _row(conn, queued))["status"] == "pending"
+
+
+async def test_a_checkpointed_or_unknown_lane_patch_is_not_released(db_pool: asyncpg.Pool) -> None:
+    async with db_pool.acquire() as conn:
+        link = await insert_link(conn, await insert_pack_install(conn))
+        sent = await _lost(conn, link)
+        await conn.execute(
+            "UPDATE connector_patch_dispatch SET remote_io_started_at = now() WHERE patch_id = $1",
+            sent,
+        )
+        assert await pq.release_lost_patch(conn, sent) is None
+        foreign = await _lost(conn, await insert_link(conn, await insert_pack_install(conn)))
+        await conn.execute(
+            "UPDATE connector_patch_dispatch SET dispatch_lane = 'lane_from_the_future' "
+            "WHERE patch_id = $1",
+            foreign,
+        )
+        assert await pq.release_lost_patch(conn, foreign) is None
+        assert (await _row(conn, sent))["status"] == "processing"
+        assert (await _row(conn, foreign))["status"] == "processing"

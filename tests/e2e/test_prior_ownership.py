@@ -1,0 +1,199 @@
+"""Issue 15's two live defects, end to end on the demo pack and the sandbox remote.
+
+Defect 1 (GATE-1, ID-6; seed "Stable Slot Identity", drift row "Flow action
+removed/recreated with new or missing ActionSlotId"): a slot renamed without
+lineage must not reserve a fresh create for a record that already owns a remote
+object at that destination. Defect 2 (GATE-2; drift matrix column "Active create
+attempt"): a reserved create whose profile's credential changed never POSTs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+
+from activities.backfill import apply_backfill
+from activities.wake import wake_link
+from protocol.admission import DeferredAssociationReserved, PatchQueued, Rejected
+from protocol.errors import RejectReason
+from protocol.identity import link_key
+from protocol.messages import RetireInput
+from sandbox.server import BackgroundSandbox
+from tests.e2e.conftest import OWNER, Stack, company_key, contact_key
+from tests.e2e.support import eventually
+from tests.e2e.test_patch_path import Doc, apply_edit
+from workflows.link import LinkWorkflow
+
+
+def rename_contact_slot(doc: Doc) -> None:
+    """`push-contact` becomes `push-contact-new`, with no lineage entry for it."""
+    doc["actionSlots"][0]["id"] = "push-contact-new"
+    doc["actionSlots"][1]["associations"][0]["targetActionSlot"] = "push-contact-new"
+    doc["lineage"] = []
+
+
+def rename_company_slot(doc: Doc) -> None:
+    doc["actionSlots"][1]["id"] = "push-company-new"
+
+
+async def finalize(stack: Stack, record_id: str, **where: str) -> str:
+    """Push a record and wait for its create to finalize (mirror written); its remote id."""
+    await stack.push(record_id, **where)
+    key = link_key(OWNER, where["slot"], where["obj"], record_id, where["dest"])
+    attempt = await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    assert attempt["mirror_status"] == "written"
+    remote_id: str = attempt["remote_id"]
+    return remote_id
+
+
+CONTACT = {"slot": "push-contact", "obj": "Contact", "dest": "remote-contacts"}
+COMPANY = {"slot": "push-company", "obj": "Account", "dest": "remote-companies"}
+
+
+@pytest.mark.parametrize(
+    ("record_id", "where", "rename", "new_slot", "object_type"),
+    [
+        pytest.param("c-002", CONTACT, rename_contact_slot, "push-contact-new", "contacts",
+                     id="contact-slot-renamed"),
+        pytest.param("a-002", COMPANY, rename_company_slot, "push-company-new", "companies",
+                     id="account-slot-renamed"),
+    ],
+)  # fmt: skip
+async def test_a_renamed_slot_without_lineage_refuses_instead_of_creating_again(
+    stack: Stack,
+    remote: BackgroundSandbox,
+    record_id: str,
+    where: dict[str, str],
+    rename: Callable[[Doc], None],
+    new_slot: str,
+    object_type: str,
+) -> None:
+    if record_id == "a-002":
+        await finalize(stack, "c-002", **CONTACT)  # its primary contact: no deferred lane
+    remote_id = await finalize(stack, record_id, **where)
+    old_key = link_key(OWNER, where["slot"], where["obj"], record_id, where["dest"])
+    await apply_edit(stack.pool, remote, rename)
+    decision = await stack.push(record_id, **{**where, "slot": new_slot})
+    assert isinstance(decision, Rejected), decision
+    assert decision.reason is RejectReason.PRIOR_OWNERSHIP_UNCERTAIN
+    # It names what it found: the old link (under its key and slot) and the mirror values.
+    assert old_key in decision.detail and remote_id in decision.detail
+    assert f"'{where['slot']}'" in decision.detail
+    new_key = link_key(OWNER, new_slot, where["obj"], record_id, where["dest"])
+    attempts = await stack.pool.fetchval(
+        "SELECT count(*) FROM connector_push_attempt WHERE link_key = $1", new_key
+    )
+    assert attempts == 0
+    creates = await stack.sandbox.ledger(object_type=object_type, kind="create")
+    assert [e.object_id for e in creates] == [remote_id]
+
+
+async def retire(stack: Stack, key: str) -> None:
+    """The operator's `retire` (a LinkWorkflow update, as the CLI sends it)."""
+    await wake_link(stack.client, stack.task_queue, key, None)
+    handle = stack.handle(key)
+    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.loaded)
+    request = RetireInput(operator="ops@example.com", reason="slot renamed without lineage")
+    await handle.execute_update(LinkWorkflow.retire, request, id=f"retire/{key}")
+    link = await stack.link(key)
+    assert link is not None and link["status"] == "retired"
+
+
+async def test_a_retired_old_link_is_the_operator_way_out(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """Retiring the old link resolves the uncertainty (the README's "retire the old link"):
+    the renamed slot may then reserve its own create."""
+    await finalize(stack, "c-002", **CONTACT)
+    await apply_edit(stack.pool, remote, rename_contact_slot)
+    await retire(stack, contact_key("c-002"))
+    decision = await stack.push("c-002", **{**CONTACT, "slot": "push-contact-new"})
+    assert decision.kind == "create_reserved", decision
+
+
+def rename_contact_slot_with_lineage(doc: Doc) -> None:
+    rename_contact_slot(doc)
+    doc["lineage"] = [{"kind": "rebind", "fromSlot": "push-contact", "toSlot": "push-contact-new"}]
+
+
+async def test_declared_lineage_retire_and_backfill_keep_the_one_remote_object(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """The README's way to keep the remote object: declare the rebind (still refused: the
+    live old link's mirror is not explained by a declaration), retire the old link,
+    `backfill apply` adopts its remote id under the new slot; the next save PATCHes."""
+    remote_id = await finalize(stack, "c-002", **CONTACT)
+    await apply_edit(stack.pool, remote, rename_contact_slot_with_lineage)
+    moved = {**CONTACT, "slot": "push-contact-new"}
+    refusal = await stack.push("c-002", **moved)
+    assert isinstance(refusal, Rejected), refusal
+    assert refusal.reason is RejectReason.PRIOR_OWNERSHIP_UNCERTAIN
+    await retire(stack, contact_key("c-002"))
+    async with stack.pool.acquire() as conn:
+        report = await apply_backfill(conn, OWNER, ["push-contact-new"], now=datetime.now(UTC))
+    assert report.totals.adopted == 1, [(d.reason, d.detail) for d in report.decisions]
+    decision = await stack.push("c-002", **moved)
+    assert isinstance(decision, PatchQueued) and decision.remote_id == remote_id
+    creates = await stack.sandbox.ledger(object_type="contacts", kind="create")
+    assert [e.object_id for e in creates] == [remote_id]
+
+
+def change_company_credential(doc: Doc) -> None:
+    profile: Doc = doc["profiles"][1]
+    assert profile["name"] == "sandbox-plain"
+    profile["credentialRef"] = "env:OTHER_TOKEN"
+    profile["credentialGeneration"] = "2"
+
+
+async def test_a_deferred_create_never_posts_after_its_credential_changed(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """Defect 2: a-001 waits for c-001 (deferred lane); the companies profile's credential
+    ref and generation change; c-001 finalizes and wakes a-001, which parks
+    `terminal_failed` with the findings before any POST."""
+    decision = await stack.push("a-001", **COMPANY)
+    assert isinstance(decision, DeferredAssociationReserved)
+    await apply_edit(stack.pool, remote, change_company_credential)
+    await finalize(stack, "c-001", **CONTACT)
+    key = company_key("a-001")
+    attempt = await eventually(
+        lambda: stack.attempt(key), lambda r: r["status"] == "terminal_failed", timeout_s=60
+    )
+    assert attempt["remote_io_started_at"] is None
+    assert "credential_ref" in attempt["last_error"]
+    findings = json.loads(attempt["drift_findings"])
+    assert {"credential_ref", "fail_closed"} <= {v for f in findings for v in f.values()}
+    assert await stack.sandbox.ledger(object_type="companies", kind="create") == []
+    journal = await stack.pool.fetchval(
+        "SELECT count(*) FROM connector_send_journal WHERE attempt_id = $1",
+        attempt["attempt_id"],
+    )
+    assert journal == 0
+    view = await eventually(
+        lambda: stack.handle(key).query(LinkWorkflow.state), lambda v: v.needs_operator
+    )
+    assert view.attempt_status == "terminal_failed"
+
+
+async def test_a_benign_drift_is_recorded_and_the_create_proceeds(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """GATE-2's other half: a frozen-no-effect finding (a Flow version bump) is recorded
+    on the attempt and the frozen request is sent."""
+    decision = await stack.push("a-001", **COMPANY)
+    assert isinstance(decision, DeferredAssociationReserved)
+
+    def flow_version(doc: Doc) -> None:
+        doc["actionSlots"][1]["flowVersion"] = "2"
+
+    await apply_edit(stack.pool, remote, flow_version)
+    await finalize(stack, "c-001", **CONTACT)
+    attempt = await eventually(
+        lambda: stack.attempt(company_key("a-001")), lambda r: r["status"] == "finalized"
+    )
+    surfaces = {f["surface"]: f["disposition"] for f in json.loads(attempt["drift_findings"])}
+    assert surfaces["flow_version"] == "frozen_no_effect"
+    assert len(await stack.sandbox.ledger(object_type="companies", kind="create")) == 1
