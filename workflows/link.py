@@ -97,6 +97,8 @@ class LinkWorkflow:
         self._wake = True
         self._evidence: list[RemoteEvidence] = []
         self._published: dict[str, object] = {}
+        # OPS_ATTRIBUTES: what the attributes should say once this drain settles.
+        self._unflushed: list[tuple[SearchAttributeKey[Any], Any]] | None = None
         self._parked = False  # what NeedsOperator says (see _needs_operator)
         # PROF-3: known from the start input (or the previous run), else looked up once.
         budget = input.budget or (input.state.budget if input.state else None)
@@ -123,8 +125,10 @@ class LinkWorkflow:
     async def run(self, input: LinkWorkflowInput) -> LinkWorkflowResult:
         while True:
             await self._drain()
+            self._flush_attributes()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                self._flush_attributes()  # the next run starts with them
                 workflow.continue_as_new(
                     LinkWorkflowInput(link_key=input.link_key, state=self._next_state())
                 )
@@ -306,10 +310,27 @@ class LinkWorkflow:
         self._parked = self._needs_operator(view)
         reason = park_reason(view) if self._parked else None
         if workflow.patched(OPS_ATTRIBUTES):
-            _upsert_changes(view, self._parked, reason.value if reason else None)
+            # Upserted once the drain settles, not after every step: a create's passing
+            # writeback_pending state never costs an upsert (each is a billed action).
+            self._unflushed = _wanted(view, self._parked, reason.value if reason else None)
         else:
             self._upsert_wf4(view)
         workflow.set_current_details(details_markdown(view, reason))
+
+    def _flush_attributes(self) -> None:
+        """Upsert only the attributes whose value changed since the last upsert; the static
+        ones arrive with the start options and are never sent again."""
+        if self._unflushed is None:
+            return
+        current = workflow.info().typed_search_attributes
+        changes = [
+            key.value_set(value) if value is not None else key.value_unset()
+            for key, value in self._unflushed
+            if current.get(key) != value
+        ]
+        self._unflushed = None
+        if changes:
+            workflow.upsert_search_attributes(changes)
 
     def _upsert_wf4(self, view: LinkView) -> None:
         """Histories recorded before OPS-1: every WF-4 attribute at each change."""
@@ -471,19 +492,6 @@ def _innermost(err: BaseException) -> str:
     while isinstance(err, FailureError) and isinstance(err.cause, FailureError):
         err = err.cause
     return err.message if isinstance(err, FailureError) else str(err)
-
-
-def _upsert_changes(view: LinkView, parked: bool, reason: str | None) -> None:
-    """Upsert only the attributes whose value changed (each upsert is a billed action);
-    the static ones arrive with the start options and are never sent again."""
-    current = workflow.info().typed_search_attributes
-    changes = [
-        key.value_set(value) if value is not None else key.value_unset()
-        for key, value in _wanted(view, parked, reason)
-        if current.get(key) != value
-    ]
-    if changes:
-        workflow.upsert_search_attributes(changes)
 
 
 def _wanted(
