@@ -19,7 +19,7 @@ from db.records import Conn
 from protocol.identity import LINK_WORKFLOW_TYPE, link_workflow_id
 from protocol.messages import LinkWorkflowInput, RecordSaved
 from protocol.rate_limit import RemoteBudgetResult
-from protocol.summary import LinkFacts, link_summary
+from protocol.summary import LinkFacts, link_details, link_summary
 from workflows.search_attributes import start_attributes
 
 RECORD_SAVED_SIGNAL: Final = "record_saved"
@@ -65,6 +65,7 @@ async def signal_with_start(
         start_signal=signal,
         start_signal_args=[arg],
         static_summary=link_summary(facts, input.link_key),
+        static_details=link_details(facts, input.link_key),
         search_attributes=start_attributes(input.link_key, facts),
     )
 

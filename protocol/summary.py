@@ -45,3 +45,21 @@ def link_summary(facts: LinkFacts | None, link_key: str) -> str:
         f"{facts.source_object} {facts.source_record_id} → {facts.destination_slot_id}"
         f" via {facts.action_slot_id} ({facts.connector_owner_key})"
     )
+
+
+def link_details(facts: LinkFacts | None, link_key: str) -> str:
+    """The static details (markdown): what the link is and where its evidence lives; the
+    current state and the remedy are the workflow's current details."""
+    lines = [f"**link key** `{link_key}`"]
+    if facts is not None:
+        lines += [
+            f"**record** {facts.source_object} `{facts.source_record_id}`",
+            f"**action slot** `{facts.action_slot_id}` → **destination slot**"
+            f" `{facts.destination_slot_id}` (owner `{facts.connector_owner_key}`)",
+        ]
+    lines.append(
+        f"**everything Postgres holds**: `connector-push links show {link_key}`"
+        " (attempts, frozen requests, send journal, PATCHes, drift, operator actions)"
+    )
+    lines.append("**current state and what to do**: Current Details")
+    return "\n\n".join(lines)

@@ -365,7 +365,7 @@ class LinkWorkflow:
         except ActivityError as err:
             # The compare-and-set refused (the rows moved since the validator ran): one
             # readable line for the UI / CLI, not the activity's failure chain.
-            raise _refused(_innermost(err)) from None
+            raise _refused(_activity_refusal(err)) from None
         self._publish(result.view)
         self._wake = True  # a reconciled or newly reserved attempt has work to do
         return result
@@ -487,11 +487,10 @@ def _refused(message: str) -> ApplicationError:
     return ApplicationError(message, type=OperatorErrorType.REFUSED.value, non_retryable=True)
 
 
-def _innermost(err: BaseException) -> str:
-    """The refusal's own words: the message at the end of the failure chain."""
-    while isinstance(err, FailureError) and isinstance(err.cause, FailureError):
-        err = err.cause
-    return err.message if isinstance(err, FailureError) else str(err)
+def _activity_refusal(err: ActivityError) -> str:
+    """The refusal's own words: the message the activity raised (not its cause's)."""
+    cause = err.cause
+    return cause.message if isinstance(cause, FailureError) else str(err)
 
 
 def _wanted(
