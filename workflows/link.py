@@ -53,14 +53,15 @@ from protocol.messages import (
     StepResult,
     SupersedeInput,
 )
-from protocol.operator import OperatorAction, OperatorErrorType, check_operator_action
-from protocol.park import park_reason, update_template
+from protocol.operator import OperatorAction, check_operator_action
+from protocol.park import park_reason
 from protocol.rate_limit import RemoteBudgetInput, RemoteBudgetResult
 from protocol.states import AttemptStatus, ProtocolError
 from protocol.timeouts import LOCAL_ACTIVITY_START_TO_CLOSE, REMOTE_ACTIVITY_START_TO_CLOSE
-from protocol.update_input import InputT, UpdateInputError, parse_update_input
+from protocol.update_input import InputT
 from workflows import search_attributes as sa
 from workflows.details import details_markdown
+from workflows.refusals import activity_refusal, parse_input, refused
 
 IDLE_TIMEOUT = timedelta(minutes=10)
 ASSOCIATION_RECHECK = timedelta(seconds=60)
@@ -312,7 +313,9 @@ class LinkWorkflow:
         if workflow.patched(OPS_ATTRIBUTES):
             # Upserted once the drain settles, not after every step: a create's passing
             # writeback_pending state never costs an upsert (each is a billed action).
-            self._unflushed = _wanted(view, self._parked, reason.value if reason else None)
+            self._unflushed = sa.wanted_attributes(
+                view, self._parked, reason.value if reason else None
+            )
         else:
             self._upsert_wf4(view)
         workflow.set_current_details(details_markdown(view, reason))
@@ -365,7 +368,7 @@ class LinkWorkflow:
         except ActivityError as err:
             # The compare-and-set refused (the rows moved since the validator ran): one
             # readable line for the UI / CLI, not the activity's failure chain.
-            raise _refused(_activity_refusal(err)) from None
+            raise refused(activity_refusal(err)) from None
         self._publish(result.view)
         self._wake = True  # a reconciled or newly reserved attempt has work to do
         return result
@@ -382,13 +385,13 @@ class LinkWorkflow:
     def _validate(self, action: OperatorAction, model: type[InputT], raw: object) -> InputT:
         """The parsed input, or a one-line refusal the UI / CLI shows before anything is
         recorded (missing or bad fields named, then whether the action applies)."""
-        request = _parse(action, model, raw)
+        request = parse_input(action, model, raw)
         if not self._loaded:
-            raise _refused("link state is still loading; retry in a moment")
+            raise refused("link state is still loading; retry in a moment")
         try:
             check_operator_action(action, self._view)
         except ProtocolError as error:
-            raise _refused(str(error)) from None
+            raise refused(str(error)) from None
         return request
 
     # Each update takes any JSON (the UI sends what the operator typed) and parses it in
@@ -397,7 +400,7 @@ class LinkWorkflow:
     @workflow.update
     async def supersede(self, request: SupersedeInput | JsonValue = None) -> OperatorResult:
         """terminal_failed -> superseded, optionally reserving the next attempt."""
-        request = _parse(OperatorAction.SUPERSEDE, SupersedeInput, request)
+        request = parse_input(OperatorAction.SUPERSEDE, SupersedeInput, request)
         base = self._action(OperatorAction.SUPERSEDE, request)
         key = str(workflow.uuid4()) if request.reserve_next else None
         update = {"reserve_next": request.reserve_next, "new_idempotency_key": key}
@@ -410,7 +413,7 @@ class LinkWorkflow:
     @workflow.update
     async def reconcile(self, request: ReconcileInput | JsonValue = None) -> OperatorResult:
         """ambiguous_remote_effect -> writeback_pending with an operator-proven remote id."""
-        request = _parse(OperatorAction.RECONCILE, ReconcileInput, request)
+        request = parse_input(OperatorAction.RECONCILE, ReconcileInput, request)
         base = self._action(OperatorAction.RECONCILE, request)
         update = {"remote_id": request.remote_id, "evidence": request.evidence}
         return await self._operate(base.model_copy(update=update))
@@ -424,7 +427,7 @@ class LinkWorkflow:
     @workflow.update
     async def retire(self, request: RetireInput | JsonValue = None) -> OperatorResult:
         """finalized | suspended_drift -> retired."""
-        parsed = _parse(OperatorAction.RETIRE, RetireInput, request)
+        parsed = parse_input(OperatorAction.RETIRE, RetireInput, request)
         return await self._operate(self._action(OperatorAction.RETIRE, parsed))
 
     @retire.validator
@@ -434,7 +437,7 @@ class LinkWorkflow:
     @workflow.update
     async def mark_terminal(self, request: MarkTerminalInput | JsonValue = None) -> OperatorResult:
         """A pending or parked attempt -> terminal_failed, so it can be superseded."""
-        parsed = _parse(OperatorAction.MARK_TERMINAL, MarkTerminalInput, request)
+        parsed = parse_input(OperatorAction.MARK_TERMINAL, MarkTerminalInput, request)
         return await self._operate(self._action(OperatorAction.MARK_TERMINAL, parsed))
 
     @mark_terminal.validator
@@ -444,7 +447,7 @@ class LinkWorkflow:
     @workflow.update
     async def revalidate(self, request: RevalidateInput | JsonValue = None) -> OperatorResult:
         """suspended_drift -> finalized on the active pack's snapshots (not the mapping)."""
-        parsed = _parse(OperatorAction.REVALIDATE, RevalidateInput, request)
+        parsed = parse_input(OperatorAction.REVALIDATE, RevalidateInput, request)
         return await self._operate(self._action(OperatorAction.REVALIDATE, parsed))
 
     @revalidate.validator
@@ -470,41 +473,3 @@ def _updates(view: LinkView, parked: bool) -> list[SearchAttributeUpdate[Any]]:
     ]
     updates.append(sa.NEEDS_OPERATOR.value_set(parked))
     return updates
-
-
-def _parse(action: OperatorAction, model: type[InputT], raw: object) -> InputT:
-    try:
-        return parse_update_input(model, raw, update_template(action))
-    except UpdateInputError as error:
-        raise ApplicationError(
-            f"{action.value}: {error}",
-            type=OperatorErrorType.INVALID_INPUT.value,
-            non_retryable=True,
-        ) from None
-
-
-def _refused(message: str) -> ApplicationError:
-    return ApplicationError(message, type=OperatorErrorType.REFUSED.value, non_retryable=True)
-
-
-def _activity_refusal(err: ActivityError) -> str:
-    """The refusal's own words: the message the activity raised (not its cause's)."""
-    cause = err.cause
-    return cause.message if isinstance(cause, FailureError) else str(err)
-
-
-def _wanted(
-    view: LinkView, parked: bool, reason: str | None
-) -> list[tuple[SearchAttributeKey[Any], Any]]:
-    return [
-        (sa.LINK_KEY, view.link_key),
-        (sa.CONNECTOR_OWNER_KEY, view.connector_owner_key),
-        (sa.DESTINATION_SLOT_ID, view.destination_slot_id),
-        (sa.SOURCE_OBJECT, view.source_object),
-        (sa.SOURCE_RECORD_ID, view.source_record_id),
-        (sa.LINK_STATE, view.link_status.value if view.link_status else None),
-        (sa.ATTEMPT_STATUS, view.attempt_status.value if view.attempt_status else None),
-        (sa.REMOTE_ID, view.remote_id),
-        (sa.PARK_REASON, reason),
-        (sa.NEEDS_OPERATOR, parked),
-    ]

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from protocol.messages import LinkView
 from protocol.summary import LinkFacts
 
 LINK_KEY: Final = SearchAttributeKey.for_keyword("LinkKey")
@@ -51,3 +52,22 @@ def start_attributes(link_key: str, facts: LinkFacts | None) -> TypedSearchAttri
             SearchAttributePair(SOURCE_RECORD_ID, facts.source_record_id),
         ]
     return TypedSearchAttributes(pairs)
+
+
+def wanted_attributes(
+    view: LinkView, parked: bool, reason: str | None
+) -> list[tuple[SearchAttributeKey[Any], Any]]:
+    """What every attribute should say for `view` (None: unset); the run upserts only the
+    ones whose value differs from what the workflow already carries."""
+    return [
+        (LINK_KEY, view.link_key),
+        (CONNECTOR_OWNER_KEY, view.connector_owner_key),
+        (DESTINATION_SLOT_ID, view.destination_slot_id),
+        (SOURCE_OBJECT, view.source_object),
+        (SOURCE_RECORD_ID, view.source_record_id),
+        (LINK_STATE, view.link_status.value if view.link_status else None),
+        (ATTEMPT_STATUS, view.attempt_status.value if view.attempt_status else None),
+        (REMOTE_ID, view.remote_id),
+        (PARK_REASON, reason),
+        (NEEDS_OPERATOR, parked),
+    ]
