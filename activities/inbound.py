@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncpg
 from asyncpg import Record
 from temporalio import activity
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
+from activities.wake import link_facts, signal_with_start
 from db import inbound_queries as q
 from protocol.inbound import (
-    LINK_WORKFLOW,
     REMOTE_DELETED_SIGNAL,
     ClassifiedEvent,
     EventIdInput,
@@ -26,7 +25,6 @@ from protocol.inbound import (
     SettleEventInput,
     SignalLinksInput,
     check_event_transition,
-    link_workflow_id,
     plan_event,
 )
 from protocol.ingress_policy import InboundHandler
@@ -90,16 +88,16 @@ class InboundActivities:
             event_id=input.event_id,
             detail=f"{input.target_object} {input.remote_object_id} deleted remotely",
         )
+        async with self._pool.acquire() as conn:
+            facts = await link_facts(conn, list(input.link_keys))
         for link_key in input.link_keys:
-            await client.start_workflow(
-                LINK_WORKFLOW,
+            await signal_with_start(
+                client,
+                activity.info().task_queue,
                 LinkWorkflowInput(link_key=link_key),
-                id=link_workflow_id(link_key),
-                task_queue=activity.info().task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                start_signal=REMOTE_DELETED_SIGNAL,
-                start_signal_args=[evidence],
-                static_summary=f"link {link_key}",
+                REMOTE_DELETED_SIGNAL,
+                evidence,
+                facts.get(link_key),
             )
 
     @activity.defn

@@ -14,7 +14,7 @@ from typing import Final
 import asyncpg
 from temporalio import activity
 
-from activities.wake import wake_link
+from activities.wake import link_facts, wake_link
 from db import relay as q
 from protocol.relay import RelayPageInput, RelayPageResult
 
@@ -36,12 +36,13 @@ class RelayActivities:
             keys = await q.links_with_pending_work(
                 conn, input.after, input.limit, timedelta(seconds=input.min_age_seconds)
             )
+            facts = await link_facts(conn, keys)
         client, task_queue = activity.client(), activity.info().task_queue
         gate = asyncio.Semaphore(WAKE_CONCURRENCY)
 
         async def wake(key: str) -> None:
             async with gate:
-                await wake_link(client, task_queue, key, None)
+                await wake_link(client, task_queue, key, None, facts=facts.get(key))
 
         await asyncio.gather(*(wake(key) for key in keys))
         full = len(keys) == input.limit

@@ -37,6 +37,7 @@ from protocol.admission import (
 )
 from protocol.errors import RejectReason
 from protocol.rate_limit import RemoteBudgetResult
+from protocol.summary import LinkFacts, facts_of_save
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,20 @@ async def admit_one(pool: asyncpg.Pool, save: SaveRequest) -> AdmissionDecision:
     )
 
 
+def _facts(key: str, decision: AdmissionDecision, save: SaveRequest | None) -> LinkFacts | None:
+    """The link's facts from the save, or else from the reservation; None: unknown here."""
+    if save is not None:
+        return facts_of_save(key, save)
+    if isinstance(decision, CreateReserved | DeferredAssociationReserved):
+        reservation = decision.reservation
+        return LinkFacts(
+            link_key=key,
+            source_record_id=reservation.source_record_id,
+            **reservation.slot.model_dump(),
+        )
+    return None
+
+
 async def _budget(
     pool: asyncpg.Pool | None, decision: AdmissionDecision
 ) -> RemoteBudgetResult | None:
@@ -102,9 +117,11 @@ async def wake_best_effort(
     timeout_s: float = WAKE_TIMEOUT_S,
     *,
     pool: asyncpg.Pool | None = None,
+    save: SaveRequest | None = None,
 ) -> WakeStatus:
     """Wake the decision's workflow if it has work; never raises for Temporal's sake.
-    With `pool`, a reserved create's workflow starts already paced by its budget."""
+    With `pool`, a reserved create's workflow starts already paced by its budget; with
+    `save`, it starts with its summary and static search attributes (OPS-1)."""
     key = decision_link_key(decision)
     if key is None or not wakes_workflow(decision):
         return WakeStatus.NOT_NEEDED
@@ -113,7 +130,7 @@ async def wake_best_effort(
     budget = await _budget(pool, decision)
     try:
         async with asyncio.timeout(timeout_s):
-            await wake_link(client, task_queue, key, save_id, budget)
+            await wake_link(client, task_queue, key, save_id, budget, _facts(key, decision, save))
     except Exception as error:  # Temporal down or slow: the relay signals the link later
         log.warning(
             "wake-up deferred to the relay: %s", type(error).__name__, extra={"link_key": key}

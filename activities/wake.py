@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from typing import Final
 
+from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
+from db import link_search
+from db.records import Conn
 from protocol.identity import LINK_WORKFLOW_TYPE, link_workflow_id
 from protocol.messages import LinkWorkflowInput, RecordSaved
 from protocol.rate_limit import RemoteBudgetResult
+from protocol.summary import LinkFacts, link_details, link_summary
+from workflows.search_attributes import start_attributes
 
 RECORD_SAVED_SIGNAL: Final = "record_saved"
 
@@ -26,17 +31,46 @@ async def wake_link(
     link_key: str,
     save_id: str | None,
     budget: RemoteBudgetResult | None = None,
+    facts: LinkFacts | None = None,
 ) -> None:
     """Signal-with-start `record_saved`: the signal only says "look for work"; a running
     workflow gets a signal, a closed one is started fresh and reloads from Postgres
-    (paced by `budget` when the caller knows it, PROF-3)."""
+    (paced by `budget` when the caller knows it, PROF-3; summarised and searchable by
+    `facts`, OPS-1)."""
+    await signal_with_start(
+        client,
+        task_queue,
+        LinkWorkflowInput(link_key=link_key, budget=budget),
+        RECORD_SAVED_SIGNAL,
+        RecordSaved(save_id=save_id),
+        facts,
+    )
+
+
+async def signal_with_start(
+    client: Client,
+    task_queue: str,
+    input: LinkWorkflowInput,
+    signal: str,
+    arg: BaseModel,
+    facts: LinkFacts | None,
+) -> None:
+    """Every start of a LinkWorkflow: its id (WF-1), summary and static attributes (OPS-1)."""
     await client.start_workflow(
         LINK_WORKFLOW_TYPE,
-        LinkWorkflowInput(link_key=link_key, budget=budget),
-        id=link_workflow_id(link_key),
+        input,
+        id=link_workflow_id(input.link_key),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        start_signal=RECORD_SAVED_SIGNAL,
-        start_signal_args=[RecordSaved(save_id=save_id)],
-        static_summary=f"link {link_key}",
+        start_signal=signal,
+        start_signal_args=[arg],
+        static_summary=link_summary(facts, input.link_key),
+        static_details=link_details(facts, input.link_key),
+        search_attributes=start_attributes(input.link_key, facts),
     )
+
+
+async def link_facts(conn: Conn, keys: list[str]) -> dict[str, LinkFacts]:
+    """Each key's facts (from its rows), for the runs a starter may start (OPS-1)."""
+    rows = await link_search.link_facts(conn, keys)
+    return {r["link_key"]: LinkFacts.model_validate(dict(r)) for r in rows}

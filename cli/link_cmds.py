@@ -12,11 +12,11 @@ from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
 
+from cli import link_views
 from cli.database import AsJson, DatabaseUrl, resolve_dsn
 from cli.entry import admission_pool, connect_best_effort, runtime_settings, warn_deferred
 from cli.errors import fail
 from db import journal as journal_q
-from db import patches as patches_q
 from protocol.admission import AdmissionDecision, SaveRequest
 from worker.crm import SaveOutcome, WakeStatus, report_save_outcome, wake_best_effort
 
@@ -39,7 +39,9 @@ async def _save(dsn: str, save: SaveRequest) -> SaveOutcome:
         client = await connect_best_effort(settings)
         if client is None:
             return outcome
-        wake = await wake_best_effort(client, settings.task_queue, outcome.decision, pool=pool)
+        wake = await wake_best_effort(
+            client, settings.task_queue, outcome.decision, pool=pool, save=save
+        )
         if wake is WakeStatus.DEFERRED:
             warn_deferred()
         return SaveOutcome(outcome.decision, wake)
@@ -64,22 +66,6 @@ JOURNAL_COLUMNS = (
     "retry_after_seconds",
     "may_have_landed",
 )
-
-
-async def _link_and_history(
-    dsn: str, link_key: str
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        row = await conn.fetchrow(
-            "SELECT * FROM connector_remote_link WHERE link_key = $1", link_key
-        )
-        if row is None:
-            return None
-        history = [dict(r) for r in await patches_q.patch_history(conn, link_key)]
-        return dict(row), history, _journal(await journal_q.link_journal(conn, link_key))
-    finally:
-        await conn.close()
 
 
 def _journal(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
@@ -164,30 +150,6 @@ def register(app: typer.Typer) -> None:
         )
         _print(asyncio.run(_rows(resolve_dsn(database_url), sql, status)), as_json, "links")
 
-    @links.command("show")
-    def links_show(
-        link_key: str, database_url: DatabaseUrl = None, as_json: AsJson = False
-    ) -> None:
-        """One link: its row, its drift findings, its PATCH history and its send journal."""
-        found = asyncio.run(_link_and_history(resolve_dsn(database_url), link_key))
-        if found is None:
-            fail(f"no link {link_key!r}", code=2)
-        link, history, journal = found
-        findings = json.loads(link.pop("drift_findings") or "[]")
-        if as_json:
-            data = {
-                "link": link,
-                "drift_findings": findings,
-                "patches": history,
-                "send_journal": journal,
-            }
-            console.print_json(json.dumps(data, default=str))
-            return
-        _print([{"field": k, "value": v} for k, v in link.items()], False, f"link {link_key}")
-        _print(findings, False, "drift findings")
-        _print(history, False, "PATCH history")
-        _print(journal, False, "send journal (every try that passed its fence)")
-
     @attempts.command("list")
     def attempts_list(
         status: Annotated[str | None, typer.Option(help="filter by status")] = None,
@@ -212,5 +174,6 @@ def register(app: typer.Typer) -> None:
         data = {"attempt": attempt, "send_journal": journal, "tries_may_have_landed": landed}
         console.print_json(json.dumps(data, default=str))
 
+    link_views.register(links)
     app.add_typer(links, name="links")
     app.add_typer(attempts, name="attempts")

@@ -18,6 +18,7 @@ import os
 import time
 from typing import Annotated, Any, Final
 
+import asyncpg
 import typer
 from pydantic import BaseModel
 from rich.console import Console
@@ -25,7 +26,8 @@ from rich.markup import escape
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import FailureError
 
-from cli.database import AsJson
+from activities.wake import link_facts
+from cli.database import AsJson, resolve_dsn
 from cli.errors import fail
 from cli.stack.devconfig import load_dev_config
 from protocol.messages import (
@@ -38,6 +40,7 @@ from protocol.messages import (
     RevalidateInput,
     SupersedeInput,
 )
+from protocol.summary import LinkFacts
 from worker.client import connect_temporal
 from worker.crm import wake_link, workflow_id
 from worker.settings import RuntimeSettings
@@ -79,6 +82,20 @@ async def _loaded_view(handle: WorkflowHandle[Any, Any]) -> LinkView:
         await asyncio.sleep(0.1)
 
 
+async def _facts(link_key: str) -> LinkFacts | None:
+    """The link's facts, for the summary of a run this command may start (OPS-1); best
+    effort: without Postgres the run starts with the bare key as its summary."""
+    try:
+        async with asyncio.timeout(5):
+            conn = await asyncpg.connect(resolve_dsn(None))
+            try:
+                return (await link_facts(conn, [link_key])).get(link_key)
+            finally:
+                await conn.close()
+    except (OSError, TimeoutError, asyncpg.PostgresError):
+        return None
+
+
 def update_id(action: str, link_key: str, view: LinkView, request: BaseModel) -> str:
     """Deterministic per action, link, targeted attempt and arguments (see module doc)."""
     digest = hashlib.sha256(
@@ -95,7 +112,7 @@ async def run_action(
     settings = RuntimeSettings()
     queue = task_queue or settings.task_queue
     client = await _client(settings)
-    await wake_link(client, queue, link_key, None)
+    await wake_link(client, queue, link_key, None, facts=await _facts(link_key))
     handle = client.get_workflow_handle(workflow_id(link_key))
     view = await _loaded_view(handle)
     try:

@@ -179,14 +179,15 @@ class Run:
 
 
 async def _report(run: Run, record_id: str, tally: Tally) -> None:
-    decision = await admit_one(run.pool, run.target.save(record_id))
+    save = run.target.save(record_id)
+    decision = await admit_one(run.pool, save)
     if isinstance(decision, Rejected):
         tally.rejected[decision.reason.value] += 1
     elif isinstance(decision, ObservedActiveAttempt):
         tally.observed_active += 1
     else:
         tally.admitted_keys.append(run.target.key(record_id))
-    wake = await wake_best_effort(run.client, run.task_queue, decision, pool=run.pool)
+    wake = await wake_best_effort(run.client, run.task_queue, decision, pool=run.pool, save=save)
     if wake is WakeStatus.DEFERRED:
         tally.wake_deferred += 1
 

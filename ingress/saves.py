@@ -218,7 +218,13 @@ class SaveApi:
         async def wake(save: SaveIn, decision: AdmissionDecision) -> WakeStatus:
             async with gate:
                 return await wake_best_effort(
-                    client, task_queue, decision, save.save_id, timeout_s, pool=self._pool()
+                    client,
+                    task_queue,
+                    decision,
+                    save.save_id,
+                    timeout_s,
+                    pool=self._pool(),
+                    save=save.to_save_request(),
                 )
 
         tasks = [asyncio.create_task(wake(s, d)) for s, d in zip(saves, decisions, strict=True)]

@@ -55,3 +55,14 @@ def _require(ok: bool, action: OperatorAction, row: str, status: object) -> None
     if not ok:
         shown = status.value if isinstance(status, StrEnum) else "none"
         raise ProtocolError(f"{action.value} does not apply: the {row} is {shown}")
+
+
+class OperatorErrorType(StrEnum):
+    """`ApplicationError.type` of an update's refusal: read by a person in the UI or CLI,
+    so it travels as one line with no stack trace (the worker's failure converter)."""
+
+    REFUSED = "OperatorRefused"  # the action does not apply in the link's state
+    INVALID_INPUT = "InvalidUpdateInput"  # the update's JSON is missing or has bad fields
+
+
+OPERATOR_FACING_ERROR_TYPES: frozenset[str] = frozenset(t.value for t in OperatorErrorType)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from worker.failures import DATA_CONVERTER
 from worker.settings import RuntimeSettings
 
 
@@ -33,12 +33,13 @@ def sdk_runtime(settings: RuntimeSettings) -> Runtime | None:
 
 
 async def connect_temporal(settings: RuntimeSettings, runtime: Runtime | None = None) -> Client:
-    """A client with the pydantic converter and the tracing interceptor (NF-1)."""
+    """A client with the pydantic converter (trace-free refusals) and the tracing
+    interceptor (NF-1)."""
     api_key = settings.temporal_api_key
     return await Client.connect(
         settings.require_temporal_address(),
         namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         interceptors=[TracingInterceptor()],
         tls=_tls(settings),
         api_key=api_key.get_secret_value() if api_key else None,

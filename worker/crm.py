@@ -54,7 +54,9 @@ async def report_save_outcome(
 ) -> SaveOutcome:
     """Admit one save, then try to wake its workflow; says whether the wake-up happened."""
     decision = await admit_one(pool, save)
-    wake = await wake_best_effort(client, task_queue, decision, save_id, wake_timeout_s, pool=pool)
+    wake = await wake_best_effort(
+        client, task_queue, decision, save_id, wake_timeout_s, pool=pool, save=save
+    )
     return SaveOutcome(decision, wake)
 
 

@@ -18,6 +18,7 @@ from activities.hooks import DispatchHooks
 from activities.rate_limit import current_budget_rates, ensure_fairness_limit
 from protocol.timeouts import REMOTE_HTTP_TIMEOUT, WORKER_GRACEFUL_SHUTDOWN
 from worker import registry
+from worker.failures import DATA_CONVERTER, is_configured
 from workflows import search_attributes
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def build_worker(
     """The worker; `graceful_shutdown` is shortened only by tests that simulate a crash."""
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     return Worker(
-        client,
+        _operator_facing(client),
         task_queue=task_queue,
         workflows=list(workflows if workflows is not None else registry.workflow_classes()),
         activities=list(registry.activity_callables(pool, http, hooks)),
@@ -84,6 +85,15 @@ def build_worker(
         # against a 3/s limit with eager dispatch on.
         disable_eager_activity_execution=True,
     )
+
+
+def _operator_facing(client: Client) -> Client:
+    """The worker's client with the trace-free refusal converter, however it was made."""
+    if is_configured(client.data_converter):
+        return client
+    config = client.config()
+    config["data_converter"] = DATA_CONVERTER
+    return Client(**config)
 
 
 def remote_http_client() -> httpx.AsyncClient:

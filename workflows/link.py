@@ -19,8 +19,9 @@ from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
 
+from pydantic import JsonValue
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy, SearchAttributeUpdate
+from temporalio.common import Priority, RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
@@ -53,10 +54,14 @@ from protocol.messages import (
     SupersedeInput,
 )
 from protocol.operator import OperatorAction, check_operator_action
+from protocol.park import park_reason
 from protocol.rate_limit import RemoteBudgetInput, RemoteBudgetResult
-from protocol.states import AttemptStatus
+from protocol.states import AttemptStatus, ProtocolError
 from protocol.timeouts import LOCAL_ACTIVITY_START_TO_CLOSE, REMOTE_ACTIVITY_START_TO_CLOSE
+from protocol.update_input import InputT
 from workflows import search_attributes as sa
+from workflows.details import details_markdown
+from workflows.refusals import activity_refusal, parse_input, refused
 
 IDLE_TIMEOUT = timedelta(minutes=10)
 ASSOCIATION_RECHECK = timedelta(seconds=60)
@@ -66,6 +71,8 @@ PARKED_STAYS_OPEN = "parked-link-stays-open"
 BOUNDED_RUNS = "bounded-runs"
 VISIBLE_PATCH_AMBIGUITY = "visible-patch-ambiguity"
 REMOTE_BUDGET_PRIORITY = "remote-budget-priority"
+# OPS-1: SourceRecordId / RemoteId / ParkReason, and upserts of changed values only.
+OPS_ATTRIBUTES = "ops-search-attributes"
 
 REMOTE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -91,6 +98,8 @@ class LinkWorkflow:
         self._wake = True
         self._evidence: list[RemoteEvidence] = []
         self._published: dict[str, object] = {}
+        # OPS_ATTRIBUTES: what the attributes should say once this drain settles.
+        self._unflushed: list[tuple[SearchAttributeKey[Any], Any]] | None = None
         self._parked = False  # what NeedsOperator says (see _needs_operator)
         # PROF-3: known from the start input (or the previous run), else looked up once.
         budget = input.budget or (input.state.budget if input.state else None)
@@ -117,8 +126,10 @@ class LinkWorkflow:
     async def run(self, input: LinkWorkflowInput) -> LinkWorkflowResult:
         while True:
             await self._drain()
+            self._flush_attributes()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                self._flush_attributes()  # the next run starts with them
                 workflow.continue_as_new(
                     LinkWorkflowInput(link_key=input.link_key, state=self._next_state())
                 )
@@ -298,6 +309,34 @@ class LinkWorkflow:
         self._view = view
         self._loaded = True
         self._parked = self._needs_operator(view)
+        reason = park_reason(view) if self._parked else None
+        if workflow.patched(OPS_ATTRIBUTES):
+            # Upserted once the drain settles, not after every step: a create's passing
+            # writeback_pending state never costs an upsert (each is a billed action).
+            self._unflushed = sa.wanted_attributes(
+                view, self._parked, reason.value if reason else None
+            )
+        else:
+            self._upsert_wf4(view)
+        workflow.set_current_details(details_markdown(view, reason))
+
+    def _flush_attributes(self) -> None:
+        """Upsert only the attributes whose value changed since the last upsert; the static
+        ones arrive with the start options and are never sent again."""
+        if self._unflushed is None:
+            return
+        current = workflow.info().typed_search_attributes
+        changes = [
+            key.value_set(value) if value is not None else key.value_unset()
+            for key, value in self._unflushed
+            if current.get(key) != value
+        ]
+        self._unflushed = None
+        if changes:
+            workflow.upsert_search_attributes(changes)
+
+    def _upsert_wf4(self, view: LinkView) -> None:
+        """Histories recorded before OPS-1: every WF-4 attribute at each change."""
         wanted: dict[str, object] = {
             sa.LINK_KEY.name: view.link_key,
             sa.CONNECTOR_OWNER_KEY.name: view.connector_owner_key,
@@ -310,7 +349,6 @@ class LinkWorkflow:
         if wanted != self._published:
             workflow.upsert_search_attributes(_updates(view, self._parked))
             self._published = wanted
-        workflow.set_current_details(_details_markdown(view, self._parked))
 
     def _next_state(self) -> LinkWorkflowState:
         return self._state.model_copy(update={"runs": self._state.runs + 1, "budget": self._budget})
@@ -319,13 +357,18 @@ class LinkWorkflow:
 
     async def _operate(self, request: OperatorActionInput) -> OperatorResult:
         await workflow.wait_condition(lambda: self._loaded)
-        result = await workflow.execute_activity_method(
-            LinkOpsActivities.apply_operator_action,
-            request,
-            start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
-            retry_policy=LOCAL_RETRY,
-            summary=f"operator {request.action} by {request.operator}",
-        )
+        try:
+            result = await workflow.execute_activity_method(
+                LinkOpsActivities.apply_operator_action,
+                request,
+                start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
+                retry_policy=LOCAL_RETRY,
+                summary=f"operator {request.action} by {request.operator}",
+            )
+        except ActivityError as err:
+            # The compare-and-set refused (the rows moved since the validator ran): one
+            # readable line for the UI / CLI, not the activity's failure chain.
+            raise refused(activity_refusal(err)) from None
         self._publish(result.view)
         self._wake = True  # a reconciled or newly reserved attempt has work to do
         return result
@@ -339,63 +382,77 @@ class LinkWorkflow:
             accepted_at=workflow.now(),
         )
 
-    def _validate(self, action: OperatorAction) -> None:
-        # Raised ValueErrors reach the operator in the UI / CLI before anything is recorded.
+    def _validate(self, action: OperatorAction, model: type[InputT], raw: object) -> InputT:
+        """The parsed input, or a one-line refusal the UI / CLI shows before anything is
+        recorded (missing or bad fields named, then whether the action applies)."""
+        request = parse_input(action, model, raw)
         if not self._loaded:
-            raise ValueError("link state is still loading; retry in a moment")
-        check_operator_action(action, self._view)
+            raise refused("link state is still loading; retry in a moment")
+        try:
+            check_operator_action(action, self._view)
+        except ProtocolError as error:
+            raise refused(str(error)) from None
+        return request
+
+    # Each update takes any JSON (the UI sends what the operator typed) and parses it in
+    # its validator, so a missing field is named instead of "Failed decoding arguments".
 
     @workflow.update
-    async def supersede(self, request: SupersedeInput) -> OperatorResult:
+    async def supersede(self, request: SupersedeInput | JsonValue = None) -> OperatorResult:
         """terminal_failed -> superseded, optionally reserving the next attempt."""
+        request = parse_input(OperatorAction.SUPERSEDE, SupersedeInput, request)
         base = self._action(OperatorAction.SUPERSEDE, request)
         key = str(workflow.uuid4()) if request.reserve_next else None
         update = {"reserve_next": request.reserve_next, "new_idempotency_key": key}
         return await self._operate(base.model_copy(update=update))
 
     @supersede.validator
-    def _validate_supersede(self, request: SupersedeInput) -> None:
-        self._validate(OperatorAction.SUPERSEDE)
+    def _validate_supersede(self, request: SupersedeInput | JsonValue = None) -> None:
+        self._validate(OperatorAction.SUPERSEDE, SupersedeInput, request)
 
     @workflow.update
-    async def reconcile(self, request: ReconcileInput) -> OperatorResult:
+    async def reconcile(self, request: ReconcileInput | JsonValue = None) -> OperatorResult:
         """ambiguous_remote_effect -> writeback_pending with an operator-proven remote id."""
+        request = parse_input(OperatorAction.RECONCILE, ReconcileInput, request)
         base = self._action(OperatorAction.RECONCILE, request)
         update = {"remote_id": request.remote_id, "evidence": request.evidence}
         return await self._operate(base.model_copy(update=update))
 
     @reconcile.validator
-    def _validate_reconcile(self, request: ReconcileInput) -> None:
+    def _validate_reconcile(self, request: ReconcileInput | JsonValue = None) -> None:
         # PROF-4 (canonical id) and ID-4 are checked by the activity, which can name the
         # link that owns the id; a refusal there changes nothing either.
-        self._validate(OperatorAction.RECONCILE)
+        self._validate(OperatorAction.RECONCILE, ReconcileInput, request)
 
     @workflow.update
-    async def retire(self, request: RetireInput) -> OperatorResult:
+    async def retire(self, request: RetireInput | JsonValue = None) -> OperatorResult:
         """finalized | suspended_drift -> retired."""
-        return await self._operate(self._action(OperatorAction.RETIRE, request))
+        parsed = parse_input(OperatorAction.RETIRE, RetireInput, request)
+        return await self._operate(self._action(OperatorAction.RETIRE, parsed))
 
     @retire.validator
-    def _validate_retire(self, request: RetireInput) -> None:
-        self._validate(OperatorAction.RETIRE)
+    def _validate_retire(self, request: RetireInput | JsonValue = None) -> None:
+        self._validate(OperatorAction.RETIRE, RetireInput, request)
 
     @workflow.update
-    async def mark_terminal(self, request: MarkTerminalInput) -> OperatorResult:
+    async def mark_terminal(self, request: MarkTerminalInput | JsonValue = None) -> OperatorResult:
         """A pending or parked attempt -> terminal_failed, so it can be superseded."""
-        return await self._operate(self._action(OperatorAction.MARK_TERMINAL, request))
+        parsed = parse_input(OperatorAction.MARK_TERMINAL, MarkTerminalInput, request)
+        return await self._operate(self._action(OperatorAction.MARK_TERMINAL, parsed))
 
     @mark_terminal.validator
-    def _validate_mark_terminal(self, request: MarkTerminalInput) -> None:
-        self._validate(OperatorAction.MARK_TERMINAL)
+    def _validate_mark_terminal(self, request: MarkTerminalInput | JsonValue = None) -> None:
+        self._validate(OperatorAction.MARK_TERMINAL, MarkTerminalInput, request)
 
     @workflow.update
-    async def revalidate(self, request: RevalidateInput) -> OperatorResult:
+    async def revalidate(self, request: RevalidateInput | JsonValue = None) -> OperatorResult:
         """suspended_drift -> finalized on the active pack's snapshots (not the mapping)."""
-        return await self._operate(self._action(OperatorAction.REVALIDATE, request))
+        parsed = parse_input(OperatorAction.REVALIDATE, RevalidateInput, request)
+        return await self._operate(self._action(OperatorAction.REVALIDATE, parsed))
 
     @revalidate.validator
-    def _validate_revalidate(self, request: RevalidateInput) -> None:
-        self._validate(OperatorAction.REVALIDATE)
+    def _validate_revalidate(self, request: RevalidateInput | JsonValue = None) -> None:
+        self._validate(OperatorAction.REVALIDATE, RevalidateInput, request)
 
 
 def _priority_of(budget: RemoteBudgetResult) -> Priority:
@@ -416,29 +473,3 @@ def _updates(view: LinkView, parked: bool) -> list[SearchAttributeUpdate[Any]]:
     ]
     updates.append(sa.NEEDS_OPERATOR.value_set(parked))
     return updates
-
-
-def _details_markdown(view: LinkView, parked: bool) -> str:
-    lines = [
-        f"**link** `{view.link_status or 'none'}` remote id `{view.remote_id or '-'}`",
-        f"**attempt** #{view.attempt_ordinal or '-'} `{view.attempt_status or 'none'}`"
-        f" lane `{view.dispatch_lane or '-'}`",
-    ]
-    if view.last_patch_status is not None:
-        lines.append(f"**last PATCH** `{view.last_patch_status}`")
-    landed = view.attempt_tries_may_have_landed + view.patch_tries_may_have_landed
-    if landed:
-        lines.append(
-            f"**tries that may have landed** create {view.attempt_tries_may_have_landed},"
-            f" PATCH {view.patch_tries_may_have_landed} (send journal: `links show`)"
-        )
-    if view.suspend_reason:
-        lines.append(f"**suspended**: `{view.suspend_reason}` (revalidate or retire)")
-    elif parked and view.patch_outcome_unknown:
-        lines.append(
-            "**needs operator**: the last PATCH may or may not have landed; save the record"
-            " again (`connector-push save ...`) to send its full state, or check the remote"
-        )
-    elif view.needs_operator:
-        lines.append("**needs operator**: " + (view.last_error or "see attempt"))
-    return "\n\n".join(lines)

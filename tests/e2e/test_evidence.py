@@ -392,8 +392,13 @@ async def test_the_crm_entry_starts_the_workflow_already_paced(stack: Stack) -> 
     [payload] = started.input.payloads
     given = LinkWorkflowInput.model_validate_json(payload.data)
     assert given.budget is not None and (given.budget.fairness_key or "").startswith("rb1_")
-    markers = [e for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
-    assert markers == [], "no local budget look-up in a run the CRM entry started"
+    markers = [
+        e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    # The only marker is OPS-1's attribute patch: no local budget look-up in this run.
+    assert all(b"remote-budget-priority" not in data for data in markers), markers
     scheduled = [
         e.activity_task_scheduled_event_attributes
         for e in events

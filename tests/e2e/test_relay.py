@@ -95,6 +95,11 @@ async def test_reservation_made_while_temporal_was_unreachable_is_dispatched(
     assert (await _relay(stack)).woken == 0
     creates = await _creates(stack.sandbox, "contacts")
     assert len(creates) == 3 and len(set(creates)) == 3
+    # OPS-1: a run the relay started is summarised from the key's rows like any other.
+    described = await stack.handle(contact_key("c-003")).describe()
+    assert await described.static_summary() == (
+        "Contact c-003 → remote-contacts via push-contact (demo-owner)"
+    )
 
 
 async def test_relay_leaves_fresh_reservations_to_their_own_wake_up(stack: Stack) -> None:

@@ -8,6 +8,9 @@ that breaks determinism of LinkWorkflow fails CI. Re-record only on purpose:
 
 from __future__ import annotations
 
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+
 from protocol.messages import ReconcileInput
 from sandbox.faults import FaultRuleSpec
 from tests.e2e.conftest import Stack, company_key, contact_key
@@ -60,3 +63,27 @@ async def test_ambiguous_then_reconcile(stack: Stack) -> None:
     assert result.view.link_status == "finalized"
     await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
     await keep_history(handle, "ambiguous_then_reconcile_parked_open")
+
+
+async def test_parked_then_reconciled_from_ui_json(stack: Stack) -> None:
+    """OPS-1 and the UI repair path: static attributes at start, only changed values
+    upserted, a refused update (bad JSON) and a reconcile sent as the UI sends it."""
+    await stack.push("c-002")
+    await eventually(
+        lambda: stack.attempt(contact_key("c-002")), lambda r: r["status"] == "finalized"
+    )
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(method="POST", path="/crm/v3/objects/companies", action="reset_after_effect")
+    )
+    await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
+    key = company_key("a-002")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "ambiguous_remote_effect")
+    [created] = await stack.sandbox.ledger(object_type="companies", kind="create")
+    handle = stack.handle(key)
+    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.needs_operator)
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update("reconcile", {"operator": "ops"}, id="ui-bad")
+    data = {"operator": "ops", "reason": "found", "remote_id": created.object_id, "evidence": "e"}
+    await handle.execute_update("reconcile", data, id="ui-reconcile")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    await keep_history(handle, "parked_then_reconciled_from_ui_json")

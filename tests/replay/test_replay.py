@@ -29,6 +29,7 @@ def test_histories_are_committed() -> None:
         "happy_path_then_patch",
         "ambiguous_then_reconcile",  # recorded before parked links stayed open (patched)
         "ambiguous_then_reconcile_parked_open",
+        "parked_then_reconciled_from_ui_json",  # OPS-1 attributes, lenient update input
         "action_5xx",
         "action_event",
     } <= names

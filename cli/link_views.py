@@ -1,0 +1,234 @@
+"""`links find` and `links show`: find a link by what you know, then one view of its key
+(SPEC OPS-1, JRN-1). Both answer from Postgres, the source of truth, with `--json` too."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, Final, TypeVar
+
+import asyncpg
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from activities.rows import view_of
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, resolve_dsn
+from cli.errors import fail
+from db import journal as journal_q
+from db import key_view as kq
+from db import link_search as sq
+from db import links as links_q
+from protocol.messages import LinkView
+from protocol.park import REMEDIES, ParkReason, park_reason
+from protocol.states import AttemptStatus, LinkStatus, PatchStatus
+from protocol.summary import LinkFacts, link_summary
+
+console = Console()
+PATCHES_SHOWN: Final = 20
+FIND_LIMIT: Final = 500
+JOURNAL_COLUMNS: Final = (
+    "journal_id",
+    "attempt_ordinal",
+    "patch_id",
+    "method",
+    "sending_at",
+    "outcome",
+    "status",
+    "retry_after_seconds",
+    "may_have_landed",
+)
+# The shape the database's CHECK constraint accepts (ID-2).
+LINK_KEY_SHAPE: Final = re.compile(r"lk[0-9]+_[0-9a-f]{64}")
+T = TypeVar("T")
+
+
+def _run(dsn: str, query: Callable[[asyncpg.Connection], Coroutine[Any, Any, T]]) -> T:
+    async def run() -> T:
+        async with connect(dsn) as conn:
+            return await query(conn)
+
+    return asyncio.run(run())
+
+
+# -- links show -------------------------------------------------------------------------
+
+
+async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dict[str, Any]:
+    """Everything Postgres holds about one key, JSON-ready (empty lists when none)."""
+    link = await kq.link_row(conn, key)
+    journal = [{c: r[c] for c in JOURNAL_COLUMNS} for r in await journal_q.link_journal(conn, key)]
+    attempts = [dict(r) for r in await kq.attempts(conn, key)]
+    for attempt in attempts:
+        ordinal = attempt["attempt_ordinal"]
+        attempt["send_journal"] = [t for t in journal if t["attempt_ordinal"] == ordinal]
+    link_data = dict(link) if link is not None else None
+    findings = json.loads(link_data.pop("drift_findings") or "[]") if link_data else []
+    reason = park_reason(view_of(key, await links_q.view_rows(conn, key)))
+    return {
+        "link_key": key,
+        "park_reason": reason.value if reason else None,
+        "remedy": REMEDIES[reason].what if reason else None,
+        "link": link_data,
+        "attempts": attempts,
+        "patches": [
+            dict(r) for r in await kq.patches(conn, key, None if all_patches else PATCHES_SHOWN)
+        ],
+        "patches_total": await kq.patch_count(conn, key),
+        "send_journal": journal,
+        "drift_findings": findings,
+        "operator_actions": [dict(r) for r in await kq.operator_actions(conn, key)],
+    }
+
+
+def _has_rows(view: dict[str, Any]) -> bool:
+    return bool(view["link"] or view["attempts"] or view["patches_total"])
+
+
+def _print_show(view: dict[str, Any]) -> None:
+    key = view["link_key"]
+    console.print(f"[bold]{escape(key)}[/]", highlight=False)
+    if view["park_reason"]:
+        console.print(
+            f"[bold red]needs operator: {view['park_reason']}[/] {escape(view['remedy'])}"
+        )
+    if view["link"] is None:
+        console.print("link: no link yet (a create is pending, parked or failed)")
+    else:
+        _table([{"field": k, "value": v} for k, v in view["link"].items()], f"link {key}")
+    for attempt in view["attempts"]:
+        fields = {k: v for k, v in attempt.items() if k != "send_journal"}
+        _table(
+            [{"field": k, "value": v} for k, v in fields.items()],
+            f"attempt #{fields['attempt_ordinal']}",
+        )
+        _table(attempt["send_journal"], f"attempt #{fields['attempt_ordinal']} send journal")
+    shown, total = len(view["patches"]), view["patches_total"]
+    more = f" (newest {shown} of {total}; --all for every one)" if shown < total else ""
+    _table(view["patches"], "PATCHes" + more)
+    _table([t for t in view["send_journal"] if t["patch_id"]], "PATCH send journal")
+    _table(view["drift_findings"], "drift findings")
+    _table(view["operator_actions"], "operator actions")
+
+
+def _table(rows: list[dict[str, Any]], title: str) -> None:
+    table = Table(title=escape(title))
+    for column in rows[0] if rows else ["(none)"]:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(escape(str(v)) if v is not None else "" for v in row.values()))
+    console.print(table)
+
+
+# -- links find -------------------------------------------------------------------------
+
+
+def _found(row: asyncpg.Record) -> dict[str, Any]:
+    facts = LinkFacts.model_validate({k: row[k] for k in LinkFacts.model_fields})
+    reason = park_reason(_find_view(row))
+    return {
+        "link_key": row["link_key"],
+        "summary": link_summary(facts, row["link_key"]),
+        "link_status": row["link_status"],
+        "attempt": f"#{row['attempt_ordinal']} {row['attempt_status']}"
+        if row["attempt_id"]
+        else None,
+        "remote_id": row["remote_id"],
+        "park_reason": reason.value if reason else None,
+    }
+
+
+def _find_view(row: asyncpg.Record) -> LinkView:
+    """Just enough of the workflow's view for `park_reason` (the same rule it publishes)."""
+    return LinkView(
+        link_key=row["link_key"],
+        link_status=LinkStatus(row["link_status"]) if row["link_status"] else None,
+        attempt_status=AttemptStatus(row["attempt_status"]) if row["attempt_status"] else None,
+        suspend_reason=row["suspend_reason"],
+        last_patch_status=PatchStatus(row["last_patch_status"])
+        if row["last_patch_status"]
+        else None,
+        pending_patches=[PatchStatus.PENDING] if row["patch_queued"] else [],
+    )
+
+
+async def find(
+    conn: asyncpg.Connection,
+    record_id: str | None,
+    remote_id: str | None,
+    reason: ParkReason | None,
+) -> list[dict[str, Any]]:
+    if record_id is not None:
+        rows = await sq.links_by_record_id(conn, record_id, FIND_LIMIT)
+    elif remote_id is not None:
+        rows = await sq.links_by_remote_id(conn, remote_id, FIND_LIMIT)
+    else:
+        rows = await sq.parked_candidates(conn, FIND_LIMIT * 10)
+    found = [_found(r) for r in rows]
+    if reason is not None:
+        found = [f for f in found if f["park_reason"] == reason.value]
+    return found[:FIND_LIMIT]
+
+
+def _park_reason(value: str | None) -> ParkReason | None:
+    if value is None:
+        return None
+    try:
+        return ParkReason(value)
+    except ValueError:
+        choices = ", ".join(r.value for r in ParkReason)
+        bad_input(f"--park-reason {value!r} is not one of: {choices}")
+
+
+def register(links: typer.Typer) -> None:
+    @links.command("show")
+    def links_show(
+        link_key: str,
+        all_patches: Annotated[
+            bool, typer.Option("--all", help=f"every PATCH (default: the newest {PATCHES_SHOWN})")
+        ] = False,
+        database_url: DatabaseUrl = None,
+        as_json: AsJson = False,
+    ) -> None:
+        """One view of a key: its link (or none yet), every attempt with its frozen request
+        and send journal, PATCHes, drift findings and operator actions."""
+        if not LINK_KEY_SHAPE.fullmatch(link_key):
+            bad_input(f"{link_key!r} is not a link key (lk1_ and 64 hex digits)")
+        view = _run(resolve_dsn(database_url), lambda c: key_view(c, link_key, all_patches))
+        if not _has_rows(view):
+            fail(f"no link and no attempt for {link_key!r} (no rows for this key)", code=2)
+        if as_json:
+            console.print_json(json.dumps(view, default=str))
+        else:
+            _print_show(view)
+
+    @links.command("find")
+    def links_find(
+        record_id: Annotated[
+            str | None, typer.Option("--record-id", help="the CRM record's id (SourceRecordId)")
+        ] = None,
+        remote_id: Annotated[
+            str | None, typer.Option("--remote-id", help="the remote object's id (RemoteId)")
+        ] = None,
+        park_reason_name: Annotated[
+            str | None,
+            typer.Option("--park-reason", help="why it waits: " + ", ".join(ParkReason)),
+        ] = None,
+        database_url: DatabaseUrl = None,
+        as_json: AsJson = False,
+    ) -> None:
+        """Find link keys by what you know: a record id, a remote id or a park reason."""
+        given = [v for v in (record_id, remote_id, park_reason_name) if v is not None]
+        if len(given) != 1:
+            bad_input("give exactly one of --record-id, --remote-id, --park-reason")
+        reason = _park_reason(park_reason_name)
+        found = _run(resolve_dsn(database_url), lambda c: find(c, record_id, remote_id, reason))
+        if as_json:
+            console.print_json(json.dumps(found, default=str))
+        elif not found:
+            console.print("no link key has rows matching that")
+        else:
+            _table(found, f"{len(found)} link key(s)")
