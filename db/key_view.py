@@ -61,19 +61,15 @@ async def patch_count(conn: Conn, link_key: str) -> int:
 
 
 async def operator_actions(conn: Conn, link_key: str) -> list[Row]:
-    """Who acted on the key, when and why, as the link and attempt rows record it (the
-    last action on each row). Hook for OPS-2: once the append-only audit table exists,
-    read every action from it here instead."""
+    """Every operator action on the key, oldest first, from the append-only audit trail
+    (OPS-2): who, when, why, the command, its outcome and the states around it."""
     return await conn.fetch(
         """
-        SELECT 'link' AS row, NULL::integer AS attempt_ordinal, last_operator AS operator,
-               last_operator_reason AS reason, last_operator_at AS at
-        FROM connector_remote_link WHERE link_key = $1 AND last_operator IS NOT NULL
-        UNION ALL
-        SELECT 'attempt', attempt_ordinal, last_operator, last_operator_reason,
-               last_operator_at
-        FROM connector_push_attempt WHERE link_key = $1 AND last_operator IS NOT NULL
-        ORDER BY at
+        SELECT recorded_at AS at, operator, command, reason, outcome,
+               state_before->>'attempt_status' AS attempt_before,
+               state_after->>'attempt_status' AS attempt_after
+        FROM connector_operator_audit WHERE link_key = $1
+        ORDER BY audit_id
         """,
         link_key,
     )

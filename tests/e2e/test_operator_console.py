@@ -134,7 +134,8 @@ async def test_parked_create_is_found_explained_and_repaired_from_json(
     assert [(f["link_key"], f["link_status"]) for f in by_remote] == [(key, "finalized")]
     shown = await asyncio.to_thread(_cli, "links", "show", key, "--json", "--database-url", db_dsn)
     assert shown["link"]["remote_id"] == remote_id
-    assert [(a["row"], a["operator"]) for a in shown["operator_actions"]] == [("attempt", "ops")]
+    actions = [(a["command"], a["operator"], a["attempt_after"]) for a in shown["operator_actions"]]
+    assert actions == [("reconcile", "ops", "finalized")]  # from the audit trail (OPS-2)
 
 
 async def test_static_attributes_arrive_with_the_start_and_are_never_upserted(
