@@ -1,4 +1,5 @@
 # connector-push — the two commands: `make dev` runs the product, `make test` passes the tests.
+# `make dev DEV_ARGS=--demo` loads the demo pack and records again.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,7 +17,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 dev: $(STAMP)
-	$(BIN)/connector-push dev
+	$(BIN)/connector-push dev $(DEV_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

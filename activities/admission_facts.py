@@ -94,6 +94,7 @@ class AdmissionFacts:
         record = self.records.get((save.source_object, save.source_record_id))
         return RecordView(
             exists=record is not None and not record.deleted,
+            deleted=record is not None and record.deleted,
             fields=record.fields if record is not None else {},
         )
 

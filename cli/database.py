@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Final, NoReturn
+from urllib.parse import urlsplit
 
 import asyncpg
 import typer
 import yaml
 from rich.markup import escape
 
-from cli.errors import fail
+from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail
 from cli.stack.devconfig import load_dev_config
 
-EXIT_BAD_INPUT: Final = 2
+CONNECT_TIMEOUT_S: Final = 10.0
 
 DatabaseUrl = Annotated[
     str | None,
@@ -29,9 +31,52 @@ DatabaseUrl = Annotated[
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
+# Where each resolved DSN came from, so a connection error names the setting to fix.
+_DSN_SOURCES: dict[str, str] = {}
+
 
 def resolve_dsn(database_url: str | None) -> str:
-    return database_url or os.environ.get("DATABASE_URL") or load_dev_config().postgres.dsn()
+    if database_url:
+        dsn, source = database_url, "--database-url"
+    elif env := os.environ.get("DATABASE_URL"):
+        dsn, source = env, "$DATABASE_URL"
+    else:
+        dsn, source = load_dev_config().postgres.dsn(), "postgres.* in temporal-dev.yaml"
+    _DSN_SOURCES[dsn] = source
+    return dsn
+
+
+def describe_dsn(dsn: str) -> str:
+    """`host:port/database` without user or password (secrets never printed)."""
+    try:
+        parts = urlsplit(dsn)
+        if parts.scheme in {"postgresql", "postgres"} and parts.hostname:
+            port = f":{parts.port}" if parts.port else ""
+            return f"{parts.hostname}{port}{parts.path}"
+    except ValueError:
+        pass
+    return "a DSN that is not postgresql://host:port/database"
+
+
+def postgres_error(
+    dsn: str, exc: BaseException, source: str | None = None, fix: str | None = None
+) -> CliError:
+    """One line: what failed, the setting it came from, what to do (exit 5)."""
+    source = source or _DSN_SOURCES.get(dsn, "$DATABASE_URL")
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return CliError(
+        f"cannot reach Postgres at {describe_dsn(dsn)} (from {source}): {detail}; "
+        + (fix or f"start it with `make dev` or fix {source}"),
+        EXIT_UNAVAILABLE,
+    )
+
+
+async def connect_postgres(dsn: str) -> asyncpg.Connection:
+    """`asyncpg.connect`, bounded in time; any failure is a `CliError` (exit 5)."""
+    try:
+        return await asyncio.wait_for(asyncpg.connect(dsn), CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError, OverflowError, asyncpg.PostgresError) as exc:
+        raise postgres_error(dsn, exc) from exc
 
 
 def bad_input(message: str) -> NoReturn:
@@ -40,22 +85,23 @@ def bad_input(message: str) -> NoReturn:
 
 
 @asynccontextmanager
-async def connect(dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    """One connection; unreachable or unmigrated databases become one clear error."""
-    try:
-        conn = await asyncpg.connect(dsn)
-    except (
-        OSError,
-        asyncpg.InvalidCatalogNameError,
-        asyncpg.InvalidAuthorizationSpecificationError,
-    ) as exc:
-        fail(escape(f"cannot reach Postgres ({exc}); is `make dev` running?"))
+async def open_connection(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """One connection, closed on exit; unreachable databases become one clear error."""
+    conn = await connect_postgres(dsn)
     try:
         yield conn
-    except asyncpg.UndefinedTableError as exc:
-        fail(escape(f"{exc}: run `connector-push migrate` first"))
     finally:
         await conn.close()
+
+
+@asynccontextmanager
+async def connect(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """One connection; unreachable or unmigrated databases become one clear error."""
+    async with open_connection(dsn) as conn:
+        try:
+            yield conn
+        except asyncpg.UndefinedTableError as exc:
+            fail(escape(f"{exc}: run `connector-push migrate` first"), EXIT_UNAVAILABLE)
 
 
 def _syntax_error(path: Path, exc: json.JSONDecodeError | yaml.YAMLError) -> str:
@@ -72,7 +118,9 @@ def read_document(path: Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        bad_input(f"{path}: cannot read ({exc.strerror})")
+        bad_input(f"{path}: cannot read ({exc.strerror or exc}); check the path and permissions")
+    except UnicodeDecodeError as exc:
+        bad_input(f"{path}: not a UTF-8 text file (byte {exc.start}); give a YAML or JSON file")
     try:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -1,8 +1,11 @@
 """`connector-push dev`: the whole product on one machine, from `temporal-dev.yaml`.
 
-Embedded Postgres and the Temporal dev server start unless `DATABASE_URL` /
-`TEMPORAL_ADDRESS` point elsewhere; the worker, ingress and sandbox remote run as
-child processes; the demo pack and records are loaded. Ctrl-C stops everything.
+The run owns its data directory (`cli/stack/lock.py`): a second run says who owns it
+and touches nothing. Embedded Postgres and the Temporal dev server start unless
+`DATABASE_URL` / `TEMPORAL_ADDRESS` point elsewhere (it says so in one line); the
+worker, ingress and sandbox remote run as supervised child processes, restarted when
+they exit; the demo pack and records are loaded on a data directory's first run (or
+with `--demo`). Ctrl-C stops everything this run started, and nothing else.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -20,10 +25,14 @@ import asyncpg
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from cli.database import AsJson, connect_postgres, echo_json, postgres_error
 from cli.demo_data import load_demo
 from cli.errors import fail
+from cli.stack.derived import ingress_policy_file, service_url
 from cli.stack.devconfig import DEFAULT_PATH, DevConfig, load_dev_config
+from cli.stack.lock import DataDirLock, StackInfo, running_stack
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import StackError
 from cli.stack.supervisor import Supervisor
@@ -35,6 +44,8 @@ console = Console()
 # Steps run after migrations to give a newcomer something to push.
 DemoLoader = Callable[[str, DevConfig], Awaitable[list[str]]]
 DEMO_LOADERS: list[DemoLoader] = [load_demo]
+# Written once the demo data is loaded: later runs on this data directory leave it be.
+DEMO_MARKER = "demo-loaded"
 
 # Signing secrets for the demo ingress endpoints in `make dev` only (see README).
 DEV_WEBHOOK_SECRET = "dev-webhook-secret"
@@ -49,14 +60,49 @@ class Endpoints:
     ui_url: str | None
 
 
+def planned_endpoints(config: DevConfig) -> Endpoints:
+    """Where the stack will be: the exported services, else temporal-dev.yaml's."""
+    external = os.environ.get("TEMPORAL_ADDRESS")
+    return Endpoints(
+        os.environ.get("DATABASE_URL") or config.postgres.dsn(),
+        external or config.temporal.address,
+        None if external else f"http://{config.temporal.frontend_ip}:{config.temporal.ui_port}",
+    )
+
+
+def stack_info(config: DevConfig, endpoints: Endpoints, children: Supervisor) -> StackInfo:
+    return StackInfo(
+        pid=os.getpid(),
+        database_url=endpoints.database_url,
+        temporal_address=endpoints.temporal_address,
+        temporal_namespace=config.temporal.namespace,
+        ui_url=endpoints.ui_url,
+        sandbox_url=service_url(config.sandbox),
+        ingress_url=service_url(config.ingress),
+        restarts=children.restart_counts(),
+        children=children.pids(),
+    )
+
+
 async def _ensure_database(server: EmbeddedPostgres, name: str) -> None:
-    conn = await asyncpg.connect(server.dsn("postgres"))
+    conn = await connect_postgres(server.dsn("postgres"))
     try:
         exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
         if not exists:
             await conn.execute(f'CREATE DATABASE "{name}"')  # name from temporal-dev.yaml
     finally:
         await conn.close()
+
+
+async def _migrate(database_url: str) -> None:
+    try:
+        applied = await apply_migrations(database_url)
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError) as exc:
+        if os.environ.get("DATABASE_URL"):
+            fix = "start that server, fix $DATABASE_URL, or unset it to run the embedded one"
+            raise postgres_error(database_url, exc, "$DATABASE_URL", fix) from exc
+        raise postgres_error(database_url, exc, "postgres.* in the dev config") from exc
+    console.print(f"migrations: {len(applied)} applied" if applied else "migrations: current")
 
 
 async def _answers(http: httpx.AsyncClient, url: str) -> bool:
@@ -69,14 +115,16 @@ async def _answers(http: httpx.AsyncClient, url: str) -> bool:
 class DevStack:
     """Starts and stops the services in dependency order."""
 
-    def __init__(self, config: DevConfig) -> None:
+    def __init__(self, config: DevConfig, *, load_demo: bool = False) -> None:
         self.config = config
+        self.load_demo = load_demo
         self.postgres: EmbeddedPostgres | None = None
         self.temporal: TemporalDevServer | None = None
         self.children = Supervisor(config.logs_dir)
 
     async def start_postgres(self) -> str:
         if url := os.environ.get("DATABASE_URL"):
+            console.print("Postgres: using $DATABASE_URL (unset it to run the embedded one)")
             return url
         pg = self.config.postgres
         self.postgres = EmbeddedPostgres(self.config.resolve(pg.data_dir), pg.host, pg.port)
@@ -86,6 +134,9 @@ class DevStack:
 
     async def start_temporal(self) -> tuple[str, str | None]:
         if address := os.environ.get("TEMPORAL_ADDRESS"):
+            console.print(
+                f"Temporal: using $TEMPORAL_ADDRESS {address} (unset it to run the dev server)"
+            )
             return address, None
         cfg = self.config.temporal
         self.temporal = TemporalDevServer(
@@ -100,8 +151,7 @@ class DevStack:
 
     async def start(self) -> Endpoints:
         database_url = await self.start_postgres()
-        applied = await apply_migrations(database_url)
-        console.print(f"migrations: {len(applied)} applied" if applied else "migrations: current")
+        await _migrate(database_url)
         address, ui = await self.start_temporal()
         env = {
             "DATABASE_URL": database_url,
@@ -109,11 +159,22 @@ class DevStack:
             "TEMPORAL_NAMESPACE": self.config.temporal.namespace,
         }
         self._start_children(env)
+        await self._load_demo(database_url)
+        await self._wait_children_ready()
+        return Endpoints(database_url, address, ui)
+
+    async def _load_demo(self, database_url: str) -> None:
+        marker = self.config.resolve(self.config.data_dir) / DEMO_MARKER
+        if marker.exists() and not self.load_demo:
+            console.print(
+                "demo data: loaded on an earlier run, left as it is "
+                "(`connector-push dev --demo` loads it again; a user's pack is never replaced)"
+            )
+            return
         for loader in DEMO_LOADERS:
             for line in await loader(database_url, self.config):
                 console.print(line)
-        await self._wait_children_ready()
-        return Endpoints(database_url, address, ui)
+        marker.write_text("the demo pack and records were loaded into this data directory\n")
 
     async def _wait_children_ready(self, timeout_s: float = 60.0) -> None:
         """The stack is up only when every service answers (not when it was spawned)."""
@@ -128,8 +189,8 @@ class DevStack:
                 while not await _answers(http, url):
                     if exited := self.children.first_exited():
                         raise StackError(
-                            f"{exited.name} exited ({exited.process.returncode}); "
-                            f"see {self.children.log_dir / (exited.name + '.log')}"
+                            f"{exited.name} exited at start ({exited.process.returncode}); "
+                            f"see {self.children.log_path(exited)}"
                         )
                     if asyncio.get_running_loop().time() > deadline:
                         raise StackError(f"{name} did not answer {url} within {timeout_s:.0f}s")
@@ -148,8 +209,9 @@ class DevStack:
         ]
         if sandbox.persist_file:
             sandbox_args += ["--persist", str(self.config.resolve(sandbox.persist_file))]
-        self.children.spawn_cli("sandbox", sandbox_args, env)
-        self.children.spawn_cli("worker", ["worker"], env)
+        now = time.monotonic()
+        self.children.spawn_cli("sandbox", sandbox_args, env, now)
+        self.children.spawn_cli("worker", ["worker"], env, now)
         ingress = self.config.ingress
         ingress_env = {
             **env,
@@ -160,15 +222,15 @@ class DevStack:
             "DEMO_ACTION_SECRET": os.environ.get("DEMO_ACTION_SECRET", DEV_ACTION_SECRET),
             "DEMO_SAVE_API_KEY": os.environ.get("DEMO_SAVE_API_KEY", DEV_SAVE_API_KEY),
         }
-        policy = str(self.config.resolve("examples/ingress.yaml"))
-        self.children.spawn_cli("ingress", ["ingress", "--config", policy], ingress_env)
+        policy = str(ingress_policy_file(self.config))
+        self.children.spawn_cli("ingress", ["ingress", "--config", policy], ingress_env, now)
 
     def stop(self) -> None:
         self.children.stop_all()
         if self.temporal is not None:
             self.temporal.stop()
-        if self.postgres is not None:
-            self.postgres.stop()
+        if self.postgres is not None and self.postgres.started:
+            self.postgres.stop()  # only a cluster this run started (never another's)
 
 
 def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
@@ -177,15 +239,18 @@ def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
         console.print(f"  Temporal Web UI   {endpoints.ui_url}")
     console.print(f"  Temporal gRPC     {endpoints.temporal_address}")
     console.print(f"  Postgres          {endpoints.database_url}")
-    console.print(f"  Sandbox remote    http://{config.sandbox.host}:{config.sandbox.port}")
-    console.print(f"  Ingress           http://{config.ingress.host}:{config.ingress.port}")
+    console.print(f"  Sandbox remote    {service_url(config.sandbox)}")
+    console.print(f"  Ingress           {service_url(config.ingress)}")
     console.print(f"  Logs              {config.logs_dir}")
-    console.print("\nTry next (in another shell, with `source .venv/bin/activate`):")
-    console.print(f"  export DATABASE_URL={endpoints.database_url}")
-    console.print(f"  export TEMPORAL_ADDRESS={endpoints.temporal_address}")
+    console.print("\nTry next (in another shell):")
+    console.print("  source .venv/bin/activate")
+    console.print('  eval "$(connector-push dev env)"')
     console.print("  connector-push pack show")
-    console.print(f"  curl -s http://{config.sandbox.host}:{config.sandbox.port}/_sandbox/ledger")
-    console.print(f"\nCtrl-C stops everything; data stays in {config.data_dir} for the next run.")
+    console.print('  curl -s "$SANDBOX_URL/_sandbox/ledger"')
+    console.print(
+        f"\nCtrl-C stops everything; data stays in {config.resolve(config.data_dir)} "
+        "for the next run."
+    )
 
 
 def _stop_on_signals() -> asyncio.Event:
@@ -197,39 +262,108 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-async def _watch(stack: DevStack, stop: asyncio.Event) -> None:
+async def _watch(stack: DevStack, stop: asyncio.Event, on_restart: Callable[[], None]) -> None:
+    """Tend the children until Ctrl-C; a child failing at start raises `StackError`."""
     while not stop.is_set():
-        if exited := stack.children.first_exited():
-            log = stack.children.log_dir / f"{exited.name}.log"
-            console.print(f"[red]{exited.name} exited ({exited.process.returncode}); see {log}[/]")
-            return
+        lines = stack.children.tend(time.monotonic())
+        for line in lines:
+            console.print(line, highlight=False, soft_wrap=True)
+        if lines:
+            on_restart()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=0.5)
 
 
-async def _run(config: DevConfig) -> None:
-    stack = DevStack(config)
+async def run_stack(config: DevConfig, *, load_demo: bool) -> None:
+    """Own the data directory, start, watch until Ctrl-C, stop what this run started."""
+    lock = DataDirLock(config.resolve(config.data_dir))
+    lock.acquire()  # raises StackRunning (touching nothing) when another run owns it
+    stack = DevStack(config, load_demo=load_demo)
+    endpoints = planned_endpoints(config)
     try:
+        lock.publish(stack_info(config, endpoints, stack.children))
         endpoints = await stack.start()
+        lock.publish(stack_info(config, endpoints, stack.children))
         # Before "up" is printed: a Ctrl-C right after it stops cleanly (exit 0), not
         # with a KeyboardInterrupt racing the handler's installation (exit 130).
         stop = _stop_on_signals()
         _print_endpoints(endpoints, config)
-        await _watch(stack, stop)
+
+        def publish() -> None:
+            lock.publish(stack_info(config, endpoints, stack.children))
+
+        await _watch(stack, stop, publish)
     finally:
         console.print("stopping…")
         stack.stop()
+        lock.release()
+
+
+def _exports(info: StackInfo) -> list[str]:
+    values = {
+        "DATABASE_URL": info.database_url,
+        "TEMPORAL_ADDRESS": info.temporal_address,
+        "TEMPORAL_NAMESPACE": info.temporal_namespace,
+        "SANDBOX_URL": info.sandbox_url,
+        "INGRESS_URL": info.ingress_url,
+    }
+    if info.ui_url:
+        values["TEMPORAL_UI_URL"] = info.ui_url
+    return [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
+
+
+def _running(config_path: Path) -> StackInfo:
+    config = load_dev_config(config_path)
+    data_dir = config.resolve(config.data_dir)
+    info = running_stack(data_dir)
+    if info is None:
+        fail(escape(f"no dev stack is running on {data_dir}: start one with `make dev`"))
+    return info
+
+
+ConfigPath = Annotated[
+    Path, typer.Option("--config", help="local stack settings", exists=True, dir_okay=False)
+]
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("dev")
+    dev = typer.Typer(help="The local stack (`make dev`), its exports and its status.")
+
+    @dev.callback(invoke_without_command=True)
     def dev_command(
-        config: Annotated[
-            Path, typer.Option("--config", help="local stack settings", exists=True, dir_okay=False)
-        ] = DEFAULT_PATH,
+        ctx: typer.Context,
+        config: ConfigPath = DEFAULT_PATH,
+        demo: Annotated[
+            bool,
+            typer.Option("--demo", help="load the demo pack and records even if loaded before"),
+        ] = False,
     ) -> None:
         """Run the local stack: Postgres, Temporal + UI, worker, ingress, sandbox, demo pack."""
+        if ctx.invoked_subcommand is not None:
+            return
         try:
-            asyncio.run(_run(load_dev_config(config)))
+            asyncio.run(run_stack(load_dev_config(config), load_demo=demo))
         except StackError as exc:
-            fail(str(exc))
+            fail(escape(str(exc)))
+
+    @dev.command("env")
+    def env_command(config: ConfigPath = DEFAULT_PATH, as_json: AsJson = False) -> None:
+        """Print the running stack's exports: `eval "$(connector-push dev env)"`."""
+        info = _running(config)
+        if as_json:
+            echo_json(asdict(info))
+            return
+        typer.echo("\n".join(_exports(info)))
+
+    @dev.command("status")
+    def status_command(config: ConfigPath = DEFAULT_PATH, as_json: AsJson = False) -> None:
+        """Whether a stack runs on the data directory: its PID, URLs and child restarts."""
+        info = _running(config)
+        if as_json:
+            echo_json(asdict(info))
+            return
+        restarts = ", ".join(f"{name} {count}" for name, count in info.restarts.items())
+        typer.echo(f"running (pid {info.pid}): {info.urls()}")
+        typer.echo(f"restarts: {restarts or 'none yet'}")
+
+    app.add_typer(dev, name="dev")

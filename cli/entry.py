@@ -8,22 +8,28 @@ client sought, bounded in time; without one the wake-ups are deferred to the rel
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import gc
+import os
+import traceback
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import asyncpg
 from rich.console import Console
-from rich.markup import escape
 from temporalio.client import Client
+from temporalio.runtime import Runtime, TelemetryConfig
 
-from cli.errors import fail
+from cli.database import postgres_error
+from cli.errors import EXIT_UNAVAILABLE, CliError, debug_enabled
 from cli.stack.devconfig import load_dev_config
 from db.pool import create_pool
 from worker.client import connect_temporal
 from worker.settings import RuntimeSettings
 
 CONNECT_TIMEOUT_S: Final = 3.0
+REQUIRED_CONNECT_TIMEOUT_S: Final = 10.0  # a command that cannot work without Temporal
+T = TypeVar("T")
 DEFERRED_WARNING: Final = (
     "warning: Temporal is unreachable; the admission stands and the wake-up is deferred "
     "(the relay dispatches it once Temporal is back)"
@@ -44,12 +50,56 @@ async def admission_pool(dsn: str, max_size: int = 2) -> AsyncIterator[asyncpg.P
     """A pool for in-process admission; an unreachable database is one clear error."""
     try:
         pool = await asyncio.wait_for(create_pool(dsn, min_size=1, max_size=max_size), 10)
-    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-        fail(escape(f"cannot reach Postgres ({type(exc).__name__}: {exc}); nothing was admitted"))
+    except (OSError, TimeoutError, ValueError, OverflowError, asyncpg.PostgresError) as exc:
+        error = postgres_error(dsn, exc)
+        raise CliError(f"{error.message}; nothing was admitted", error.code) from exc
     try:
         yield pool
     finally:
         await pool.close()
+
+
+def temporal_error(settings: RuntimeSettings, exc: BaseException) -> CliError:
+    """One line: what failed, the setting it came from, what to do (exit 5)."""
+    source = (
+        "$TEMPORAL_ADDRESS"
+        if os.environ.get("TEMPORAL_ADDRESS")
+        else "temporal.frontend_ip/frontend_port in temporal-dev.yaml"
+    )
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return CliError(
+        f"cannot reach Temporal at {settings.temporal_address} (from {source}): {detail}; "
+        f"start it with `make dev` or fix {source}",
+        EXIT_UNAVAILABLE,
+    )
+
+
+@asynccontextmanager
+async def temporal_client(settings: RuntimeSettings) -> AsyncIterator[Client]:
+    """A client on a runtime of its own, or a `CliError` (exit 5) when Temporal is down.
+
+    Use with `run_closing_temporal`, which drops the runtime before the interpreter
+    shuts down (a runtime left to interpreter finalization can crash the exit: 134/139).
+    """
+    runtime = Runtime(telemetry=TelemetryConfig())
+    try:
+        async with asyncio.timeout(REQUIRED_CONNECT_TIMEOUT_S):
+            client = await connect_temporal(settings, runtime)
+    except Exception as exc:  # refused, DNS, TLS, timeout: all one line
+        raise temporal_error(settings, exc) from None
+    yield client
+
+
+def run_closing_temporal(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, then collect the client and runtime it made, while Python is alive."""
+    try:
+        return asyncio.run(main)
+    except BaseException as exc:
+        if exc.__traceback__ is not None and not debug_enabled():
+            traceback.clear_frames(exc.__traceback__)  # frames hold the client
+        raise
+    finally:
+        gc.collect()
 
 
 async def connect_best_effort(settings: RuntimeSettings) -> Client | None:

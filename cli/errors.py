@@ -1,15 +1,113 @@
-"""One way for commands to fail: a one-line message on stderr and a non-zero exit."""
+"""One way for commands to fail: a one-line message on stderr and a documented exit code.
+
+Exit codes (listed in every command's help, see `EXIT_CODES_HELP`):
+  0  done
+  1  refused or failed (the action does not apply, a service stopped, an internal error)
+  2  bad input: arguments, a key, a file (nothing was written)
+  3  rejected: the save, backfill or revalidation decision said no (its reason printed)
+  4  already applied (`revalidate apply` of an applied manifest)
+  5  a dependency is unreachable or its setting is wrong (Postgres, Temporal)
+
+`--debug` (or `CONNECTOR_PUSH_DEBUG=1`) shows the traceback instead of the line.
+"""
 
 from __future__ import annotations
 
-from typing import NoReturn
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
 
-_stderr = Console(stderr=True)
+EXIT_FAILED: Final = 1
+EXIT_BAD_INPUT: Final = 2
+EXIT_UNAVAILABLE: Final = 5
+DEBUG_ENV: Final = "CONNECTOR_PUSH_DEBUG"
+PIPED_COLUMNS: Final = 10_000
+
+EXIT_CODES_HELP: Final = (
+    "Exit codes: 0 done; 1 refused or failed; 2 bad input (nothing written); 3 rejected; "
+    "4 already applied; 5 Postgres or Temporal unreachable or misconfigured. "
+    "Environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, "
+    "CONNECTOR_PUSH_TASK_QUEUE; CONNECTOR_PUSH_DEBUG=1 (or --debug) shows tracebacks."
+)
+
+_stderr = Console(stderr=True, soft_wrap=True)
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
+class CliError(Exception):
+    """An error already phrased for the user: one line and its exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in {"", "0", "false", "no"}
+
+
+def enable_debug() -> None:
+    os.environ[DEBUG_ENV] = "1"
+
+
+def print_error(message: str) -> None:
+    """`message` is rich markup (escape user text); printed as one line, never wrapped."""
     _stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    print_error(message)
     raise typer.Exit(code)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+@contextmanager
+def _whole_lines_when_piped() -> Iterator[None]:
+    """Piped, rich folds tables and values to 80 columns; scripts need them whole.
+
+    rich reads `COLUMNS` when it measures; set for the command only (tests run many).
+    """
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        yield
+        return
+    os.environ["COLUMNS"] = str(PIPED_COLUMNS)
+    try:
+        yield
+    finally:
+        os.environ.pop("COLUMNS", None)
+
+
+class OneLineErrors(TyperGroup):
+    """The root group: any exception a command lets escape becomes one line and a code."""
+
+    # `Any`: typer types this with its vendored click's Context, which it does not export.
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            with _whole_lines_when_piped():
+                return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise  # usage errors and exits: typer prints and exits as it documents
+        except CliError as error:
+            if debug_enabled():
+                raise
+            print_error(escape(error.message))
+            raise typer.Exit(error.code) from None
+        except Exception as exc:
+            if debug_enabled():
+                raise
+            print_error(
+                escape(f"unexpected error: {_one_line(exc)}")
+                + f" (rerun with --debug or {DEBUG_ENV}=1 for the traceback)"
+            )
+            raise typer.Exit(EXIT_FAILED) from None

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli import link_views
-from cli.database import AsJson, DatabaseUrl, resolve_dsn
+from cli.database import AsJson, DatabaseUrl, connect_postgres, resolve_dsn
 from cli.entry import admission_pool, connect_best_effort, runtime_settings, warn_deferred
 from cli.errors import fail
 from db import journal as journal_q
@@ -48,7 +48,7 @@ async def _save(dsn: str, save: SaveRequest) -> SaveOutcome:
 
 
 async def _rows(dsn: str, sql: str, *args: object) -> list[dict[str, Any]]:
-    conn = await asyncpg.connect(dsn)
+    conn = await connect_postgres(dsn)
     try:
         return [dict(r) for r in await conn.fetch(sql, *args)]
     finally:
@@ -76,7 +76,7 @@ def _journal(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
 async def _attempt_and_journal(
     dsn: str, attempt_id: str
 ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-    conn = await asyncpg.connect(dsn)
+    conn = await connect_postgres(dsn)
     try:
         row = await conn.fetchrow(
             "SELECT * FROM connector_push_attempt WHERE attempt_id::text = $1", attempt_id

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from typing import Annotated
 
-import asyncpg
 import typer
+from rich.markup import escape
 
+from cli.database import connect_postgres, resolve_dsn
 from cli.errors import fail
-from cli.stack.devconfig import load_dev_config
 from db.migrate import MigrationError, apply_migrations, discover_migrations
+
+
+async def _migrate(dsn: str) -> list[str]:
+    # Reachability first, so a down or misnamed database is one line (exit 5), and a
+    # failing migration is reported as itself.
+    conn = await connect_postgres(dsn)
+    await conn.close()
+    return await apply_migrations(dsn)
 
 
 def register(app: typer.Typer) -> None:
@@ -31,17 +38,11 @@ def migrate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Apply pending migrations in order; an edited applied migration is an error."""
-    dsn = database_url or os.environ.get("DATABASE_URL") or load_dev_config().postgres.dsn()
+    dsn = resolve_dsn(database_url)
     try:
-        applied = asyncio.run(apply_migrations(dsn))
+        applied = asyncio.run(_migrate(dsn))
     except MigrationError as exc:
-        fail(f"migrate: {exc}")
-    except (
-        OSError,
-        asyncpg.InvalidCatalogNameError,
-        asyncpg.InvalidAuthorizationSpecificationError,
-    ) as exc:
-        fail(f"migrate: cannot reach Postgres ({exc}); is `make dev` running?", code=2)
+        fail(escape(f"migrate: {exc}"))
     schema_version = max((m.version for m in discover_migrations()), default=0)
     if as_json:
         typer.echo(json.dumps({"applied": applied, "schema_version": schema_version}))

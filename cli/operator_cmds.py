@@ -1,7 +1,9 @@
 """Operator actions on a link (SPEC WF-3): `supersede`, `reconcile`, `retire`, `mark-terminal`,
 `revalidate-link`.
 
-Each command wakes the link's workflow (signal-with-start, so a closed link gets a
+Each command first checks the key: its shape (exit 2 if it is not a link key) and
+that Postgres has rows for it (exit 2 if none), so a typo never starts a workflow.
+Then it wakes the link's workflow (signal-with-start, so a closed link gets a
 fresh run that reloads from Postgres), waits until its `state` query shows the
 loaded link, then runs the update and prints the answer. The update id is
 derived from the action, the link, the attempt it targets and the arguments, so
@@ -14,11 +16,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import time
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, NamedTuple
 
-import asyncpg
 import typer
 from pydantic import BaseModel
 from rich.console import Console
@@ -27,9 +27,11 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import FailureError
 
 from activities.wake import link_facts
-from cli.database import AsJson, resolve_dsn
-from cli.errors import fail
-from cli.stack.devconfig import load_dev_config
+from cli.database import AsJson, DatabaseUrl, open_connection, resolve_dsn
+from cli.entry import run_closing_temporal, runtime_settings, temporal_client
+from cli.errors import EXIT_BAD_INPUT, CliError, fail
+from db.link_rows import link_key_known
+from protocol.identity import is_link_key
 from protocol.messages import (
     LinkView,
     MarkTerminalInput,
@@ -41,15 +43,15 @@ from protocol.messages import (
     SupersedeInput,
 )
 from protocol.summary import LinkFacts
-from worker.client import connect_temporal
 from worker.crm import wake_link, workflow_id
-from worker.settings import RuntimeSettings
 from workflows.link import LinkWorkflow
 
 console = Console()
 LOAD_TIMEOUT_S: Final = 30.0
 
-Operator = Annotated[str, typer.Option("--operator", help="who acts (recorded on the row)")]
+Operator = Annotated[
+    str, typer.Option("--operator", help="who acts (required; recorded on the row)")
+]
 Reason = Annotated[str, typer.Option("--reason", help="why (recorded on the row)")]
 TaskQueue = Annotated[
     str | None,
@@ -61,13 +63,41 @@ TaskQueue = Annotated[
 ]
 
 
+class Options(NamedTuple):
+    """What every operator command takes besides its action's input."""
+
+    task_queue: str | None
+    database_url: str | None
+    as_json: bool
+
+
 class OperatorRefused(Exception):
     """The workflow's validator (or the compare-and-set behind it) refused the action."""
 
 
-async def _client(settings: RuntimeSettings) -> Client:
-    address = settings.temporal_address or load_dev_config().temporal.address
-    return await connect_temporal(settings.model_copy(update={"temporal_address": address}))
+def check_key_shape(link_key: str) -> None:
+    """Exit 2 before any connection when `link_key` cannot be a link key."""
+    if not is_link_key(link_key):
+        raise CliError(
+            f"{link_key!r} is not a link key (lk1_ and 64 hex digits): find it with "
+            "`connector-push links list` or compute it with `connector-push link-key`",
+            EXIT_BAD_INPUT,
+        )
+
+
+async def check_key_has_rows(dsn: str, link_key: str) -> LinkFacts | None:
+    """Exit 2 when Postgres has no link and no attempt for `link_key` (nothing is woken);
+    else the link's facts, for the summary of a run this command may start (OPS-1)."""
+    async with open_connection(dsn) as conn:
+        known = await link_key_known(conn, link_key)
+        facts = (await link_facts(conn, [link_key])).get(link_key) if known else None
+    if not known:
+        raise CliError(
+            f"no link or attempt has key {link_key}; nothing was started "
+            "(check DATABASE_URL points at the right database; `connector-push links list`)",
+            EXIT_BAD_INPUT,
+        )
+    return facts
 
 
 async def _loaded_view(handle: WorkflowHandle[Any, Any]) -> LinkView:
@@ -82,20 +112,6 @@ async def _loaded_view(handle: WorkflowHandle[Any, Any]) -> LinkView:
         await asyncio.sleep(0.1)
 
 
-async def _facts(link_key: str) -> LinkFacts | None:
-    """The link's facts, for the summary of a run this command may start (OPS-1); best
-    effort: without Postgres the run starts with the bare key as its summary."""
-    try:
-        async with asyncio.timeout(5):
-            conn = await asyncpg.connect(resolve_dsn(None))
-            try:
-                return (await link_facts(conn, [link_key])).get(link_key)
-            finally:
-                await conn.close()
-    except (OSError, TimeoutError, asyncpg.PostgresError):
-        return None
-
-
 def update_id(action: str, link_key: str, view: LinkView, request: BaseModel) -> str:
     """Deterministic per action, link, targeted attempt and arguments (see module doc)."""
     digest = hashlib.sha256(
@@ -105,14 +121,21 @@ def update_id(action: str, link_key: str, view: LinkView, request: BaseModel) ->
 
 
 async def run_action(
-    update: Any, link_key: str, request: OperatorInput, task_queue: str | None
+    update: Any, link_key: str, request: OperatorInput, task_queue: str | None, dsn: str
 ) -> OperatorResult:
-    """Wake, wait for the loaded state, run `update` (a LinkWorkflow update method);
-    refusals raise `OperatorRefused`."""
-    settings = RuntimeSettings()
+    """Check the key has rows, wake, wait for the loaded state, run `update` (a LinkWorkflow
+    update method); refusals raise `OperatorRefused`."""
+    facts = await check_key_has_rows(dsn, link_key)
+    settings = runtime_settings()
     queue = task_queue or settings.task_queue
-    client = await _client(settings)
-    await wake_link(client, queue, link_key, None, facts=await _facts(link_key))
+    async with temporal_client(settings) as client:
+        await wake_link(client, queue, link_key, None, facts=facts)
+        return await _update(client, update, link_key, request)
+
+
+async def _update(
+    client: Client, update: Any, link_key: str, request: OperatorInput
+) -> OperatorResult:
     handle = client.get_workflow_handle(workflow_id(link_key))
     view = await _loaded_view(handle)
     try:
@@ -120,7 +143,7 @@ async def run_action(
             update, request, id=update_id(update.__name__, link_key, view, request)
         )
     except WorkflowUpdateFailedError as error:
-        raise OperatorRefused(_reason(error)) from error
+        raise OperatorRefused(_reason(error).replace("KEY", link_key)) from error
     return result
 
 
@@ -133,10 +156,16 @@ def _reason(error: WorkflowUpdateFailedError) -> str:
 
 
 def _invoke(
-    update: Any, link_key: str, request: OperatorInput, task_queue: str | None, as_json: bool
+    update: Any,
+    link_key: str,
+    request: OperatorInput,
+    options: Options,
 ) -> None:
+    task_queue, database_url, as_json = options
+    check_key_shape(link_key)
+    dsn = resolve_dsn(database_url)
     try:
-        result = asyncio.run(run_action(update, link_key, request, task_queue))
+        result = run_closing_temporal(run_action(update, link_key, request, task_queue, dsn))
     except OperatorRefused as refused:
         fail(escape(f"{update.__name__} refused: {refused}"))
     if as_json:
@@ -161,11 +190,14 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--no-reserve", help="do not reserve the next attempt")
         ] = False,
         task_queue: TaskQueue = None,
+        database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
         """terminal_failed -> superseded, reserving the next attempt unless --no-reserve."""
         request = SupersedeInput(operator=operator, reason=reason, reserve_next=not no_reserve)
-        _invoke(LinkWorkflow.supersede, link_key, request, task_queue, as_json)
+        _invoke(
+            LinkWorkflow.supersede, link_key, request, Options(task_queue, database_url, as_json)
+        )
 
     @app.command("reconcile")
     def reconcile_command(
@@ -175,13 +207,16 @@ def register(app: typer.Typer) -> None:
         operator: Operator,
         reason: Reason,
         task_queue: TaskQueue = None,
+        database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
         """ambiguous_remote_effect -> finalized link with an operator-proven remote id."""
         request = ReconcileInput(
             operator=operator, reason=reason, remote_id=remote_id, evidence=evidence
         )
-        _invoke(LinkWorkflow.reconcile, link_key, request, task_queue, as_json)
+        _invoke(
+            LinkWorkflow.reconcile, link_key, request, Options(task_queue, database_url, as_json)
+        )
 
     @app.command("retire")
     def retire_command(
@@ -189,11 +224,12 @@ def register(app: typer.Typer) -> None:
         operator: Operator,
         reason: Reason,
         task_queue: TaskQueue = None,
+        database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
         """finalized | suspended_drift -> retired (the remote id is released, ID-4)."""
         request = RetireInput(operator=operator, reason=reason)
-        _invoke(LinkWorkflow.retire, link_key, request, task_queue, as_json)
+        _invoke(LinkWorkflow.retire, link_key, request, Options(task_queue, database_url, as_json))
 
     @app.command("mark-terminal")
     def mark_terminal_command(
@@ -201,23 +237,26 @@ def register(app: typer.Typer) -> None:
         operator: Operator,
         reason: Reason,
         task_queue: TaskQueue = None,
+        database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
         """A pending attempt that provably sent nothing -> terminal_failed."""
         request = MarkTerminalInput(operator=operator, reason=reason)
-        _invoke(LinkWorkflow.mark_terminal, link_key, request, task_queue, as_json)
+        options = Options(task_queue, database_url, as_json)
+        _invoke(LinkWorkflow.mark_terminal, link_key, request, options)
 
     @app.command("revalidate-link")
     def revalidate_link_command(
         link_key: str,
+        operator: Operator,
         reason: Reason,
-        operator: Annotated[
-            str, typer.Option("--operator", help="who acts (default: $USER)")
-        ] = os.environ.get("USER", "operator"),
         task_queue: TaskQueue = None,
+        database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
         """suspended_drift -> finalized on the active pack's snapshots (mapping fingerprints
         move only through `revalidate apply`, SPEC §9)."""
         request = RevalidateInput(operator=operator, reason=reason)
-        _invoke(LinkWorkflow.revalidate, link_key, request, task_queue, as_json)
+        _invoke(
+            LinkWorkflow.revalidate, link_key, request, Options(task_queue, database_url, as_json)
+        )

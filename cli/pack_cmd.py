@@ -47,7 +47,11 @@ OwnerKey = Annotated[
 
 def validate_manifest_file(path: Path) -> PackManifest:
     """Read and validate a manifest file; invalid input exits non-zero naming the field."""
-    document = read_document(path)
+    return validate_manifest_document(path, read_document(path))
+
+
+def validate_manifest_document(path: Path, document: object) -> PackManifest:
+    """Validate a manifest read from `path`; invalid input exits non-zero naming the field."""
     if not isinstance(document, Mapping):
         bad_input(f"{path}: a pack manifest is a mapping of manifest fields")
     try:

@@ -209,10 +209,12 @@ def plan_command(
         Path | None, typer.Option("--out", help="Write the manifest here (default: stdout).")
     ] = None,
     database_url: DatabaseUrl = None,
+    as_json: AsJson = False,
 ) -> None:
     """Build a canonical manifest from the current links and an install's fingerprints.
 
     Read-only: review the file, then `revalidate validate`, then `revalidate apply`.
+    The manifest is JSON on stdout; with `--out` and `--json`, a JSON summary is.
     """
     approval = (approved_by, approval_reference, reason)
     request = _plan_request(operation_id, approval, new_pack_install, link_key or [], all_finalized)
@@ -225,6 +227,10 @@ def plan_command(
         typer.echo(text, nl=False)
         return
     out.write_text(text, encoding="utf-8")
+    if as_json:  # the manifest went to the file: print what was planned
+        summary = {"operation_id": manifest.operation_id, "members": len(manifest.members)}
+        echo_json({**summary, "manifest_digest": manifest.manifest_digest, "out": str(out)})
+        return
     _stderr.print(
         f"planned {escape(manifest.operation_id)}: {len(manifest.members)} link(s), "
         f"digest {manifest.manifest_digest[:12]} -> {escape(str(out))}",

@@ -9,6 +9,7 @@ import typer
 import yaml
 
 from cli.errors import fail
+from cli.stack.devconfig import load_dev_config
 from sandbox.config import RateLimitConfig, SandboxConfig
 from sandbox.server import run_sandbox
 
@@ -39,8 +40,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("sandbox")
     def sandbox_command(
-        port: Annotated[int, typer.Option(help="TCP port to listen on.")] = 8090,
-        host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+        port: Annotated[
+            int | None, typer.Option(help="TCP port (default: sandbox.port in temporal-dev.yaml).")
+        ] = None,
+        host: Annotated[
+            str | None,
+            typer.Option(help="Interface to bind (default: sandbox.host in temporal-dev.yaml)."),
+        ] = None,
         persist: Annotated[
             Path | None, typer.Option(help="JSON file keeping state across restarts.")
         ] = None,
@@ -57,4 +63,5 @@ def register(app: typer.Typer) -> None:
             sandbox_config = load_sandbox_config(config, persist, rate_limit)
         except (OSError, yaml.YAMLError, ValueError) as exc:
             fail(f"sandbox config: {exc}")
-        run_sandbox(sandbox_config, host, port)
+        dev = load_dev_config().sandbox
+        run_sandbox(sandbox_config, host or dev.host, port or dev.port)

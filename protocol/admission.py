@@ -38,6 +38,9 @@ class SaveRequest(Snapshot):
 
 class RecordView(Snapshot):
     exists: bool
+    # Only meaningful when not `exists`: the store has it marked deleted (`source_deleted`)
+    # rather than never having had it (`source_not_found`).
+    deleted: bool = False
     fields: dict[str, JsonValue] = Field(default_factory=dict)
 
 

@@ -38,6 +38,7 @@ class RejectReason(StrEnum):
     EMPTY_BODY = "empty_body"
     PATH_TEMPLATE_INVALID = "path_template_invalid"
     SOURCE_DELETED = "source_deleted"
+    SOURCE_NOT_FOUND = "source_not_found"  # never existed in the store (a typo, another owner)
     NO_FINALIZED_LINK = "no_finalized_link"
     ACTIVE_ATTEMPT = "active_attempt"
     LINK_SUSPENDED = "link_suspended"

@@ -64,13 +64,17 @@ class _Plan(Snapshot):
     missing_update_only: tuple[str, ...]
 
 
+def _missing_source(record: RecordView) -> R:
+    return R.SOURCE_DELETED if record.deleted else R.SOURCE_NOT_FOUND
+
+
 def decide_admission(ctx: AdmissionContext) -> AdmissionDecision:
     """Decide one save: reserve a create, queue a PATCH, observe, or reject (zero I/O)."""
     key = _resolve(ctx)
     if isinstance(key, Rejected):
         return key
     if not ctx.record.exists:
-        return Rejected(reason=R.SOURCE_DELETED, link_key=key)
+        return Rejected(reason=_missing_source(ctx.record), link_key=key)
     active_attempt = _active_attempt(ctx.attempts)
     if active_attempt is not None:
         return ObservedActiveAttempt(
@@ -92,7 +96,7 @@ def decide_patch(ctx: AdmissionContext) -> PatchQueued | Rejected:
     if isinstance(key, Rejected):
         return key
     if not ctx.record.exists:
-        return Rejected(reason=R.SOURCE_DELETED, link_key=key)
+        return Rejected(reason=_missing_source(ctx.record), link_key=key)
     if _active_attempt(ctx.attempts) is not None:
         return Rejected(reason=R.ACTIVE_ATTEMPT, link_key=key)
     if ctx.link is None:

@@ -96,6 +96,16 @@ class LinkIdentity(BaseModel):
         )
 
 
+def is_link_key(value: str) -> bool:
+    """Whether `value` has the ID-2 link key's shape: `lk1_` and 64 lowercase hex digits."""
+    digest = value.removeprefix(LINK_KEY_PREFIX)
+    return (
+        value.startswith(LINK_KEY_PREFIX)
+        and len(digest) == 64
+        and all(ch in "0123456789abcdef" for ch in digest)
+    )
+
+
 def link_workflow_id(key: str) -> str:
     """WF-1: one workflow per link key."""
     return f"link/{key}"

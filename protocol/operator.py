@@ -51,10 +51,40 @@ def check_operator_action(action: OperatorAction, view: LinkView) -> None:
                 )
 
 
-def _require(ok: bool, action: OperatorAction, row: str, status: object) -> None:
+# What would work instead, by the row and state that refused (`KEY` stands for the
+# link key; the CLI fills it in), so an operator is never left guessing. Two tables:
+# attempt and link statuses share values ("finalized") and StrEnums compare as str.
+_IN_FLIGHT = "wait: the attempt is in flight (`links show KEY`)"
+_WHAT_WORKS: dict[str, dict[str | None, str]] = {
+    "attempt": {
+        AttemptStatus.AMBIGUOUS_REMOTE_EFFECT: (
+            "find the object at the remote and run `reconcile KEY --remote-id …`"
+        ),
+        AttemptStatus.TERMINAL_FAILED: "run `supersede KEY` to reserve a new attempt",
+        AttemptStatus.PENDING: (
+            "wait for the worker, or `mark-terminal KEY` if it provably sent nothing"
+        ),
+        AttemptStatus.PROCESSING: _IN_FLIGHT,
+        AttemptStatus.POST_SENT: _IN_FLIGHT,
+        AttemptStatus.WRITEBACK_PENDING: _IN_FLIGHT,
+        AttemptStatus.FINALIZED: "nothing to fix; `retire KEY` releases a finalized link",
+        AttemptStatus.SUPERSEDED: "a newer attempt exists: see `links show KEY`",
+        None: "the link has no attempt yet: report a save first (`save` or `push`)",
+    },
+    "link": {
+        LinkStatus.FINALIZED: "nothing to fix; `retire KEY` releases the remote id",
+        LinkStatus.SUSPENDED_DRIFT: "run `revalidate-link KEY` or `retire KEY`",
+        LinkStatus.RETIRED: "nothing to do: the link is retired",
+        None: "the link is not finalized yet: see `links show KEY`",
+    },
+}
+
+
+def _require(ok: bool, action: OperatorAction, row: str, status: StrEnum | None) -> None:
     if not ok:
-        shown = status.value if isinstance(status, StrEnum) else "none"
-        raise ProtocolError(f"{action.value} does not apply: the {row} is {shown}")
+        shown = status.value if status is not None else "none"
+        hint = _WHAT_WORKS[row].get(status, "see `links show KEY`")
+        raise ProtocolError(f"{action.value} does not apply: the {row} is {shown}: {hint}")
 
 
 class OperatorErrorType(StrEnum):

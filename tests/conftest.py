@@ -2,6 +2,19 @@
 
 Fixture plugins live in `tests/fixtures/` (one file per component) so each
 component's harness has one home.
+
+A `DATABASE_URL` / `TEMPORAL_ADDRESS` left exported in the shell (the README's dev
+exports) is ignored, so `make test` never runs against a developer's stack; set
+`CONNECTOR_PUSH_TEST_USE_ENV=1` to host the test databases on `DATABASE_URL` on purpose.
 """
+
+import os
+
+USE_ENV = "CONNECTOR_PUSH_TEST_USE_ENV"
+SHELL_EXPORTS = ("DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE")
+
+if os.environ.get(USE_ENV) != "1":
+    for name in SHELL_EXPORTS:
+        os.environ.pop(name, None)
 
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.temporal"]

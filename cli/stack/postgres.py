@@ -99,6 +99,8 @@ class EmbeddedPostgres:
         self.socket_dir = Path(tempfile.gettempdir()) / f"cp-pg-{port}"
         self._bin_dir = postgres_bin_dir()
         self._run_as: _RunAs | None = None
+        # True only once `start()` itself started the cluster: the owner stops what it started.
+        self.started = False
 
     @property
     def log_path(self) -> Path:
@@ -108,7 +110,8 @@ class EmbeddedPostgres:
         return f"postgresql://{SUPERUSER}@{self.host}:{self.port}/{database}"
 
     def start(self) -> None:
-        """Initialise the cluster if new, then start it; no-op when already running."""
+        """Initialise the cluster if new, then start it; no-op when already running
+        (`started` then stays False, so a caller never stops a cluster it did not start)."""
         self._prepare_dirs()
         if self.is_running():
             return
@@ -119,6 +122,7 @@ class EmbeddedPostgres:
             self._pg_ctl("-w", "-t", "60", "-l", str(self.log_path), "-o", self._server_options())
         except StackError as exc:
             raise StackError(f"{exc}; last log lines: {self._log_tail()}") from exc
+        self.started = True
 
     def stop(self) -> None:
         """Fast shutdown (rolls back open transactions); no-op when not running."""

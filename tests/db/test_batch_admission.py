@@ -248,7 +248,7 @@ async def test_a_varied_batch_decides_and_writes_as_one_by_one(db_pool: asyncpg.
         "observed_active_attempt",
         "create_reserved",
         "patch_queued",
-        "source_deleted",
+        "source_not_found",  # c-nowhere never existed (issue 13); c-deleted was deleted
         "no_trusted_slot",
         "no_authority",
     ]
@@ -335,6 +335,7 @@ async def reference_context(conn: Conn, item: SaveToAdmit) -> AdmissionContext:
     record = await store.read_record(save.source_object, save.source_record_id)
     view = RecordView(
         exists=record is not None and not record.deleted,
+        deleted=record is not None and record.deleted,
         fields=record.fields if record is not None else {},
     )
     user = save.originating_user_id

@@ -140,5 +140,5 @@ def test_cli_migrate_reports_json(empty_dsn: str) -> None:
 def test_cli_migrate_names_an_unreachable_database() -> None:
     dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
     result = CliRunner().invoke(app, ["migrate", "--database-url", dsn])
-    assert result.exit_code == 2
+    assert result.exit_code == 5  # issue 13: a dependency unreachable is exit 5
     assert "cannot reach Postgres" in result.stderr

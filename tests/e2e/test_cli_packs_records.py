@@ -254,3 +254,26 @@ async def test_load_demo_applies_pack_and_records_idempotently(db_dsn: str) -> N
     finally:
         await conn.close()
     assert record is not None and record.fields["PrimaryContactId"] == "c-001"
+
+
+def test_load_demo_never_replaces_a_users_pack_and_takes_urls_from_the_config(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    """Issue 13: `dev --demo` on a data directory where the user applied their own pack for
+    the demo owner leaves that pack active; without one, the demo pack's baseUrls come
+    from temporal-dev.yaml's sandbox settings."""
+    config = load_dev_config()
+    users = demo_document()
+    users["lineage"].append({"kind": "retire", "fromSlot": "push-lead"})  # not the demo's
+    mine = apply_json(db_dsn, write(tmp_path / "mine.yaml", users))
+    [pack_line, _] = asyncio.run(load_demo(db_dsn, config))
+    assert f"install {mine['pack_install_id']} is active" in pack_line
+    assert "never replaces a pack" in pack_line
+    assert fetchval(db_dsn, "SELECT count(*) FROM pack_install") == 1  # still the user's
+
+    fetchval(db_dsn, "UPDATE pack_install SET active = false RETURNING 1")
+    sandbox = config.sandbox.model_copy(update={"port": 18765})
+    [pack_line, _] = asyncio.run(load_demo(db_dsn, config.model_copy(update={"sandbox": sandbox})))
+    assert "installed" in pack_line
+    manifest = fetchval(db_dsn, "SELECT manifest::text FROM pack_install WHERE active")
+    assert "http://127.0.0.1:18765" in manifest and ":8765" not in manifest

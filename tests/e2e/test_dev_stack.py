@@ -1,15 +1,19 @@
-"""`connector-push dev` end to end (issue 2): the stack comes up, answers, stops on Ctrl-C,
-and a second run reuses its data. Ports and data dirs come from a private copy of
-temporal-dev.yaml, so a developer's running stack is never touched."""
+"""`connector-push dev` end to end (issues 2, 13): the stack comes up, answers, restarts a
+killed child, stops on Ctrl-C, and a second run reuses its data without re-applying the
+demo; two runs on one data directory (together or one after the other) leave the
+first untouched. Ports and data dirs come from a private copy of temporal-dev.yaml,
+so a developer's running stack is never touched."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +65,35 @@ def stop(process: subprocess.Popen[bytes]) -> int:
     return process.wait(timeout=90)
 
 
+def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+        check=False,
+    )
+
+
+def status(config: Path) -> dict[str, object]:
+    result = cli(config, "dev", "status", "--json")
+    assert result.returncode == 0, result.stderr
+    parsed: dict[str, object] = json.loads(result.stdout)
+    return parsed
+
+
+def kill_and_see_restart(config: Path, log: Path, process: subprocess.Popen[bytes]) -> None:
+    """Issue 13: a killed child is restarted (one log line each), the count is visible."""
+    children = status(config)["children"]
+    assert isinstance(children, dict)
+    os.kill(children["sandbox"], signal.SIGKILL)
+    output = wait_for_output(log, "sandbox restarted (restart #1", process, timeout_s=60)
+    assert "sandbox exited (killed by SIGKILL); restart #1 in 1s" in output
+    restarts = status(config)["restarts"]
+    assert restarts == {"sandbox": 1, "worker": 0, "ingress": 0}
+
+
 def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> None:
     doc = yaml.safe_load(dev_config.read_text())
     log = dev_config.parent / "dev.log"
@@ -73,6 +106,10 @@ def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> Non
         ledger = httpx.get(f"http://127.0.0.1:{s['port']}/_sandbox/ledger", timeout=10)
         assert ledger.json() == {"entries": []}
         assert httpx.get(f"http://127.0.0.1:{i['port']}/healthz", timeout=10).status_code == 200
+        env = cli(dev_config, "dev", "env")
+        assert f"export SANDBOX_URL=http://127.0.0.1:{s['port']}" in env.stdout.splitlines()
+        kill_and_see_restart(dev_config, log, process)
+        assert process.poll() is None  # the stack stayed up
     finally:
         code = stop(process)
     assert code == 0
@@ -83,6 +120,48 @@ def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> Non
     again = start(dev_config, log)
     try:
         output = wait_for_output(log, UP, again, timeout_s=180)
-        assert "migrations: current" in output and "demo pack: demo-owner unchanged" in output
+        assert "migrations: current" in output
+        assert "demo data: loaded on an earlier run, left as it is" in output
+        assert "demo pack:" not in output
     finally:
         assert stop(again) == 0
+
+
+def first_exit(processes: list[subprocess.Popen[bytes]], timeout_s: float) -> int:
+    """Index of the first process to exit (polled, bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for index, process in enumerate(processes):
+            if process.poll() is not None:
+                return index
+        time.sleep(0.2)
+    raise AssertionError(f"no process exited within {timeout_s}s")
+
+
+def _one_line_refusal(process: subprocess.Popen[bytes], log: Path) -> str:
+    assert process.wait(timeout=120) == 1
+    [line] = log.read_text().strip().splitlines()
+    assert "a dev stack is already running" in line and "nothing was touched" in line
+    return line
+
+
+def test_a_second_dev_run_touches_nothing_together_or_after(dev_config: Path) -> None:
+    doc = yaml.safe_load(dev_config.read_text())
+    logs = [dev_config.parent / f"dev-{n}.log" for n in range(3)]
+    both = [start(dev_config, logs[0]), start(dev_config, logs[1])]
+    try:
+        # Started together: exactly one owns the data directory, the other says so.
+        loser = first_exit(both, timeout_s=120)
+        winner = 1 - loser
+        wait_for_output(logs[winner], UP, both[winner], timeout_s=180)
+        _one_line_refusal(both[loser], logs[loser])
+        # And one after the other: one line with the running stack's PID and URLs.
+        line = _one_line_refusal(start(dev_config, logs[2]), logs[2])
+        assert f"pid {both[winner].pid}" in line and f":{doc['postgres']['port']}/" in line
+        # The running stack's Postgres and services were not touched.
+        assert httpx.get(f"http://127.0.0.1:{doc['ingress']['port']}/healthz").status_code == 200
+        assert not port_is_free("127.0.0.1", doc["postgres"]["port"])
+    finally:
+        for process in both:
+            if process.poll() is None:
+                assert stop(process) == 0

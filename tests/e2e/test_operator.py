@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import Result
+from temporalio.service import RPCError, RPCStatusCode
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -28,8 +29,9 @@ WHO = ["--operator", "ops@example.com", "--reason", "incident 42"]
 
 
 @pytest.fixture
-def cli_env(stack: Stack, temporal_server: TemporalDevServer) -> dict[str, str]:
+def cli_env(stack: Stack, temporal_server: TemporalDevServer, db_dsn: str) -> dict[str, str]:
     return {
+        "DATABASE_URL": db_dsn,
         "TEMPORAL_ADDRESS": temporal_server.address,
         "TEMPORAL_NAMESPACE": temporal_server.config.namespace,
         "CONNECTOR_PUSH_TASK_QUEUE": stack.task_queue,
@@ -174,11 +176,16 @@ async def test_revalidate_link_restores_a_drift_suspended_link(
     await apply_edit(stack.pool, remote, credential_ref)
     await stack.push("c-001")
     await suspended(stack, link["link_key"])
-    # The command starts c-002's workflow (it has no rows): end it with this test's runs,
-    # or a later test's save of c-002 would signal a run whose worker is gone.
-    stack.touched.add(contact_key("c-002"))
-    refused = await _cli(cli_env, "revalidate-link", contact_key("c-002"), "--reason", "x")
-    assert refused.exit_code == 1
+    # Issue 13: a key with no rows: exit 2 before anything is woken; --operator is required.
+    unknown = contact_key("never-saved")
+    missing_operator = await _cli(cli_env, "revalidate-link", unknown, "--reason", "x")
+    assert missing_operator.exit_code == 2 and "--operator" in missing_operator.output
+    refused = await _cli(cli_env, "revalidate-link", unknown, "--reason", "x", *WHO[:2])
+    assert refused.exit_code == 2, refused.output
+    assert f"no link or attempt has key {unknown}; nothing was started" in refused.stderr
+    with pytest.raises(RPCError) as no_workflow:
+        await stack.handle(unknown).describe()
+    assert no_workflow.value.status is RPCStatusCode.NOT_FOUND
     result = _json(
         await _cli(
             cli_env,

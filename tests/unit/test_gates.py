@@ -129,7 +129,12 @@ def test_record_read_or_fls_fails() -> None:
 
 
 def test_source_record_deleted() -> None:
-    assert reason(record=RecordView(exists=False)) is R.SOURCE_DELETED
+    assert reason(record=RecordView(exists=False, deleted=True)) is R.SOURCE_DELETED
+
+
+def test_a_record_that_never_existed_is_not_found_not_deleted() -> None:
+    # Issue 13: a typo'd record id must not read as a deletion.
+    assert reason(record=RecordView(exists=False)) is R.SOURCE_NOT_FOUND
 
 
 @pytest.mark.parametrize(
