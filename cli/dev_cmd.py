@@ -211,7 +211,10 @@ class DevStack:
             sandbox_args += ["--persist", str(self.config.resolve(sandbox.persist_file))]
         now = time.monotonic()
         self.children.spawn_cli("sandbox", sandbox_args, env, now)
-        self.children.spawn_cli("worker", ["worker"], env, now)
+        worker_env = dict(env)
+        if (metrics := self.config.worker_metrics) is not None:
+            worker_env["CONNECTOR_PUSH_METRICS_BIND_ADDRESS"] = f"{metrics.host}:{metrics.port}"
+        self.children.spawn_cli("worker", ["worker"], worker_env, now)
         ingress = self.config.ingress
         ingress_env = {
             **env,
@@ -241,6 +244,8 @@ def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
     console.print(f"  Postgres          {endpoints.database_url}")
     console.print(f"  Sandbox remote    {service_url(config.sandbox)}")
     console.print(f"  Ingress           {service_url(config.ingress)}")
+    if config.worker_metrics is not None:
+        console.print(f"  Worker metrics    {service_url(config.worker_metrics)}/metrics")
     console.print(f"  Logs              {config.logs_dir}")
     console.print("\nTry next (in another shell):")
     console.print("  source .venv/bin/activate")

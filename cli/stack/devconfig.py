@@ -59,6 +59,8 @@ class DevConfig(_Strict):
     task_queue: str
     ingress: ServiceDevConfig
     sandbox: ServiceDevConfig
+    # The worker's Prometheus endpoint (SDK metrics and the OPS status gauges); absent: off.
+    worker_metrics: ServiceDevConfig | None = None
 
     @property
     def logs_dir(self) -> Path:

@@ -34,7 +34,7 @@ def dev_config() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="cp-dev-"))
     root.chmod(0o755)
     doc = yaml.safe_load(DEFAULT_PATH.read_text())
-    frontend, ui, postgres, ingress, sandbox = free_ports(5)
+    frontend, ui, postgres, ingress, sandbox, metrics = free_ports(6)
     doc["data_dir"] = str(root)
     doc["temporal"].update(
         frontend_port=frontend, ui_port=ui, db_file=str(root / "temporal.sqlite")
@@ -42,6 +42,7 @@ def dev_config() -> Iterator[Path]:
     doc["postgres"].update(port=postgres, data_dir=str(root / "postgres"))
     doc["ingress"]["port"] = ingress
     doc["sandbox"].update(port=sandbox, persist_file=str(root / "sandbox.json"))
+    doc["worker_metrics"]["port"] = metrics
     path = root / "temporal-dev.yaml"
     path.write_text(yaml.safe_dump(doc))
     yield path
@@ -94,6 +95,19 @@ def kill_and_see_restart(config: Path, log: Path, process: subprocess.Popen[byte
     assert restarts == {"sandbox": 1, "worker": 0, "ingress": 0}
 
 
+def poll_text(url: str, needle: str, timeout_s: float) -> str:
+    """GET `url` until its body contains `needle` (the condition, not a fixed wait)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            body = httpx.get(url, timeout=5).text
+        except httpx.HTTPError:
+            body = ""
+        if needle in body or time.monotonic() > deadline:
+            return body
+        time.sleep(0.5)
+
+
 def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> None:
     doc = yaml.safe_load(dev_config.read_text())
     log = dev_config.parent / "dev.log"
@@ -106,6 +120,10 @@ def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> Non
         ledger = httpx.get(f"http://127.0.0.1:{s['port']}/_sandbox/ledger", timeout=10)
         assert ledger.json() == {"entries": []}
         assert httpx.get(f"http://127.0.0.1:{i['port']}/healthz", timeout=10).status_code == 200
+        # OPS: the worker's metrics endpoint is on, with the status gauges (published
+        # every 15 s once the worker runs).
+        metrics = f"http://127.0.0.1:{doc['worker_metrics']['port']}/metrics"
+        assert "connector_push_status" in poll_text(metrics, "connector_push_status", 90)
         env = cli(dev_config, "dev", "env")
         assert f"export SANDBOX_URL=http://127.0.0.1:{s['port']}" in env.stdout.splitlines()
         kill_and_see_restart(dev_config, log, process)
