@@ -34,7 +34,11 @@ def prior_ownership(ctx: AdmissionContext, key: str) -> Rejected | None:
     """The refusal naming every piece of unexplained prior-ownership evidence, or None."""
     assert ctx.active is not None and ctx.active.action is not None
     lineage = frozenset(ctx.active.lineage_predecessors)
-    found = [*_other_slot_rows(ctx, lineage), *_mirror_evidence(ctx, key)]
+    found = [
+        *_other_slot_rows(ctx, lineage),
+        *_live_rebound_rows(ctx),
+        *_mirror_evidence(ctx, key),
+    ]
     if not found:
         return None
     return Rejected(
@@ -58,6 +62,23 @@ def _other_slot_rows(ctx: AdmissionContext, lineage: frozenset[str]) -> list[str
         and row.action_slot_id not in lineage
         and _live(row)
     ]
+
+
+def _live_rebound_rows(ctx: AdmissionContext) -> list[str]:
+    """A rebound predecessor whose link or attempt is still live: the rebind names the
+    old rows (ID-6) but does not move their remote object here, so a create would be a
+    second object even when the old link's mirror was never written (no mirror evidence).
+    The way out is to retire the old link, then `backfill` adopts its object."""
+    found: list[str] = []
+    for row in ctx.lineage_rows:
+        if not row.rebound:
+            continue  # unresolved lineage is refused before this gate (lineage_unresolved)
+        link, attempt = row.link_status, row.attempt_status
+        if link is not None and link is not LinkStatus.RETIRED:
+            found.append(f"link under rebound slot {row.slot_id!r} is {link.value}")
+        elif attempt is not None and attempt not in ATTEMPT_RELEASED:
+            found.append(f"attempt under rebound slot {row.slot_id!r} is {attempt.value}")
+    return found
 
 
 def _describe(row: RecordOwnershipRow) -> str:

@@ -188,9 +188,24 @@ def test_unresolved_lineage_blocks_create() -> None:
     resolved = (
         LineageRow(slot_id="push-contact-v0", link_status=LinkStatus.RETIRED),
         LineageRow(slot_id="push-contact-v0", attempt_status=AttemptStatus.SUPERSEDED),
-        LineageRow(slot_id="push-contact-v0", link_status=LinkStatus.FINALIZED, rebound=True),
+        LineageRow(slot_id="push-contact-v0", link_status=LinkStatus.RETIRED, rebound=True),
     )
     assert isinstance(decide_admission(contact_context(lineage_rows=resolved)), CreateReserved)
+
+
+def test_a_live_link_under_a_rebound_slot_blocks_a_create() -> None:
+    """ID-6 + GATE-1: a rebind names the old rows but does not move their remote object;
+    with the old link live (its mirror perhaps never written, so no mirror evidence) a
+    create would be the record's second object. Retire it, then `backfill` adopts it."""
+    for row in (
+        LineageRow(slot_id="push-contact-v0", link_status=LinkStatus.FINALIZED, rebound=True),
+        LineageRow(slot_id="push-contact-v0", link_status=LinkStatus.SUSPENDED_DRIFT, rebound=True),
+        LineageRow(slot_id="push-contact-v0", attempt_status=AttemptStatus.PENDING, rebound=True),
+    ):
+        decision = decide_admission(contact_context(lineage_rows=(row,)))
+        assert isinstance(decision, Rejected), row
+        assert decision.reason is R.PRIOR_OWNERSHIP_UNCERTAIN
+        assert "rebound slot 'push-contact-v0'" in (decision.detail or "")
 
 
 def test_unfreezable_request_fails_closed() -> None:
