@@ -12,7 +12,8 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import asyncpg
@@ -82,6 +83,10 @@ async def _floor_runs(client: Client, ids: Sequence[str]) -> float:
 
     await _bounded(len(ids), run)
     return time.monotonic() - started
+
+
+def floor_prefix(n: int, first: int) -> str:
+    return f"n{n}-{first}"
 
 
 async def floor_rate(client: Client, n: int, prefix: str) -> float:
@@ -189,32 +194,55 @@ async def _creates(
         return time.monotonic() - started, polls, [link_workflow_id(k) for k in keys]
 
 
-async def patch_round(client: Client, stack: BenchStack, n: int) -> None:
+@asynccontextmanager
+async def product_worker(client: Client, dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    """The product's worker on the bench queue, and a pool for the CRM entry."""
+    pool = await create_pool(dsn, min_size=4, max_size=POOL_SIZE)
+    try:
+        async with remote_http_client() as http, build_worker(client, pool, http, QUEUE):
+            yield pool
+    finally:
+        await pool.close()
+
+
+async def patch_round(client: Client, pool: asyncpg.Pool, dsn: str, n: int) -> None:
     """Change records 0..n-1 and report each save: one PATCH per finalized link."""
     records = [
         {"object": "Contact", "id": record_id(i), "fields": {"LastName": f"P{i}"}} for i in range(n)
     ]
-    pool = await create_pool(stack.dsn, min_size=4, max_size=POOL_SIZE)
-    try:
-        async with pool.acquire() as conn:
-            await load_records(conn, parse_records_document({"records": records}))
-        async with remote_http_client() as http, build_worker(client, pool, http, QUEUE):
+    async with pool.acquire() as conn:
+        await load_records(conn, parse_records_document({"records": records}))
 
-            async def save(i: int) -> object:
-                return await report_save(pool, client, QUEUE, _save(i))
+    async def save(i: int) -> object:
+        return await report_save(pool, client, QUEUE, _save(i))
 
-            decisions = await _bounded(n, save)
-            assert all(isinstance(d, PatchQueued) for d in decisions), decisions[:3]
-            await _wait_for(stack.dsn, PATCHED, n)
-    finally:
-        await pool.close()
+    decisions = await _bounded(n, save)
+    assert all(isinstance(d, PatchQueued) for d in decisions), decisions[:3]
+    await _wait_for(dsn, PATCHED, n)
 
 
 # -- P8: billable actions --------------------------------------------------------------
 
 
+SETTLE_TIMEOUT_S = 120.0
+
+
+async def _idle(client: Client, workflow_id: str) -> None:
+    """Until the run has no workflow task and no activity pending: a finalized attempt
+    is committed before the task that upserts the search attributes and starts the idle
+    timer, so a history read at once would miss those."""
+    handle = client.get_workflow_handle(workflow_id)
+    async with asyncio.timeout(SETTLE_TIMEOUT_S):
+        while True:
+            raw = (await handle.describe()).raw_description
+            if not raw.HasField("pending_workflow_task") and not raw.pending_activities:
+                return
+            await asyncio.sleep(0.1)  # poll interval; the description is the condition
+
+
 async def _actions_of(client: Client, workflow_ids: Sequence[str]) -> list[Counter[str]]:
     async def count(i: int) -> Counter[str]:
+        await _idle(client, workflow_ids[i])
         history = await client.get_workflow_handle(workflow_ids[i]).fetch_history()
         return billable_actions(list(history.events))
 
@@ -240,13 +268,14 @@ class ActionFigures:
 
 async def action_figures(client: Client, stack: BenchStack, ids: list[str]) -> ActionFigures:
     """P8 from the create round's link workflows, then from the PATCH round over them."""
-    created = await _actions_of(client, ids)
-    log(f"P8 create actions per link: {_breakdown(created)}")
-    await patch_round(client, stack, len(ids))
-    patched = await _actions_of(client, ids)
+    async with product_worker(client, stack.dsn) as pool:  # the runs' last tasks need one
+        created = await _actions_of(client, ids)
+        log(f"P8 create actions per link: {_breakdown(created)}")
+        await patch_round(client, pool, stack.dsn, len(ids))
+        patched = await _actions_of(client, ids)
     deltas = [after - before for after, before in zip(patched, created, strict=True)]
     log(f"P8 PATCH actions per link: {_breakdown(deltas)}")
-    floor_create, floor_patch = await floor_actions(client, "p1")
+    floor_create, floor_patch = await floor_actions(client, floor_prefix(len(ids), 0))
     return ActionFigures(
         create=_mean(created),
         patch=sum(total(a) - total(b) for a, b in zip(patched, created, strict=True)) / len(ids),
@@ -260,7 +289,7 @@ async def action_figures(client: Client, stack: BenchStack, ids: list[str]) -> A
 
 async def _p1_round(client: Client, stack: BenchStack, first: int, n: int) -> tuple[float, Round]:
     log(f"N={n}: floor")
-    floor = await floor_rate(client, n, prefix=f"n{n}-{first}")
+    floor = await floor_rate(client, n, prefix=floor_prefix(n, first))
     log(f"N={n}: floor {floor:.1f} workflows/s; creates")
     created = await create_round(client, stack, first, n)
     print(
