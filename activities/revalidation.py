@@ -92,43 +92,68 @@ async def apply(
     return result_of(manifest, decision, applied=True)
 
 
+# Members per statement: validate and apply run a handful of statements per page,
+# not per member (issue 16, P4).
+PAGE = 1000
+
+
 async def _lock_and_decide(conn: Conn, manifest: RevalidationManifest, on_step: OnStep) -> Decision:
-    # Members are sorted by link key (invariant 1), so every transaction locks in
-    # one global order: link key, then its row, then its occupancy key.
-    locked = []
-    for member in manifest.members:
-        locked.append(await _lock_member(conn, member.link_key))
-        on_step(Phase.LOCKED, member.link_key)
+    # Members are sorted by link key (invariant 1), and each page locks its links, then
+    # their rows, then their occupancy keys, each set in link-key order: every row or
+    # occupancy lock of a link is taken after its link lock, which every transaction
+    # takes in link-key order, so two revalidations (or one and a save) cannot deadlock.
+    keys = [member.link_key for member in manifest.members]
+    locked: list[LockedMember] = []
+    for start in range(0, len(keys), PAGE):
+        page = await _lock_page(conn, keys[start : start + PAGE])
+        locked.extend(page)
+        for member in page:
+            on_step(Phase.LOCKED, member.link_key)
     # Read after the locks: a concurrent apply of this operation has committed by now.
     receipts = await q.operation_receipts(conn, manifest.operation_id)
     return decide(manifest, locked, receipts)
 
 
-async def _lock_member(conn: Conn, link_key: str) -> LockedMember:
-    await q.lock_link_key(conn, link_key)
-    row = await q.link_state_for_update(conn, link_key)
-    await q.lock_occupancy_key(conn, link_key)
-    occupying = await q.occupying_attempt_ids(conn, link_key)
-    pointer = row.last_mapping_revalidation_operation_id if row else None
-    prior = await q.receipt(conn, pointer, link_key) if pointer else None
-    return LockedMember(
-        link_key=link_key, row=row, occupying_attempt_ids=occupying, pointer_receipt=prior
-    )
+async def _lock_page(conn: Conn, keys: list[str]) -> list[LockedMember]:
+    await q.lock_link_keys(conn, keys)
+    rows = await q.link_states_for_update(conn, keys)
+    await q.lock_occupancy_keys(conn, keys)
+    occupying = await q.occupying_attempts(conn, keys)
+    pointers = {
+        key: row.last_mapping_revalidation_operation_id
+        for key, row in rows.items()
+        if row.last_mapping_revalidation_operation_id is not None
+    }
+    prior = await q.pointer_receipts(conn, pointers) if pointers else {}
+    return [
+        LockedMember(
+            link_key=key,
+            row=rows.get(key),
+            occupying_attempt_ids=occupying.get(key, ()),
+            pointer_receipt=prior.get(key),
+        )
+        for key in keys
+    ]
 
 
 async def _write(
     conn: Conn, manifest: RevalidationManifest, decision: Apply, on_step: OnStep
 ) -> None:
-    for member, receipt in zip(manifest.members, decision.receipts, strict=True):
-        # The receipt first: the link's new pointer references it.
-        await q.insert_receipt(conn, receipt)
-        moved = await q.move_link_mapping(conn, member, manifest.operation_id)
-        if moved is None or link_row_digest(moved) != receipt.after_row_digest:
-            detail = "row changed under its lock" if moved else "compare-and-set matched no row"
-            raise _CasLost(
-                Conflict(link_key=member.link_key, reason=ConflictReason.CAS_LOST, detail=detail)
-            )
-        on_step(Phase.WRITTEN, member.link_key)
+    pairs = list(zip(manifest.members, decision.receipts, strict=True))
+    for start in range(0, len(pairs), PAGE):
+        page = pairs[start : start + PAGE]
+        # The receipts first: the links' new pointers reference them.
+        await q.insert_receipts(conn, [receipt for _, receipt in page])
+        moved = await q.move_links_mapping(conn, [m for m, _ in page], manifest.operation_id)
+        for member, receipt in page:
+            _check_moved(member.link_key, moved.get(member.link_key), receipt.after_row_digest)
+            on_step(Phase.WRITTEN, member.link_key)
+
+
+def _check_moved(link_key: str, moved: LinkRowState | None, after_row_digest: str) -> None:
+    if moved is None or link_row_digest(moved) != after_row_digest:
+        detail = "row changed under its lock" if moved else "compare-and-set matched no row"
+        raise _CasLost(Conflict(link_key=link_key, reason=ConflictReason.CAS_LOST, detail=detail))
 
 
 # -- planning (read-only: release engineers' plan -> validate -> apply) ------------------
