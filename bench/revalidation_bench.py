@@ -19,11 +19,15 @@ import asyncio
 import copy
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -34,12 +38,18 @@ from activities.admission import admit_locked
 from activities.packs import apply_pack
 from activities.record_loader import load_records, parse_records_document
 from activities.rows import link_values
-from bench.ingress_bench import postgres_server, prepare_database, record
+from bench.ingress_bench import prepare_database, record
 from bench.stack import EXAMPLES, FIELDS
+from cli.stack.postgres import EmbeddedPostgres, free_port
 from db import links as links_q
 from protocol.admission import CreateReserved, SaveRequest
 from protocol.identity import link_key
 from protocol.revalidation import Approval, RevalidationStatus, parse_manifest
+
+# validate and apply hold two advisory locks per member (the link's and its occupancy
+# key's) until commit; Postgres's lock table has max_locks_per_transaction x
+# max_connections slots (64 x 200 here by default: ~25,000 members at most).
+LOCKS_PER_MEMBER = 2
 
 OWNER, ACTION, DESTINATION, OBJECT = "demo-owner", "push-contact", "remote-contacts", "Contact"
 TEMPLATE_RECORD = "p4-template"
@@ -138,8 +148,32 @@ async def _run(conn: asyncpg.Connection, text: str, *, write: bool) -> Revalidat
     return (await entry(conn, manifest)).status
 
 
+@asynccontextmanager
+async def revalidation_postgres(n: int) -> AsyncIterator[str]:
+    """A private embedded Postgres whose lock table holds an n-member manifest's locks;
+    yields its admin DSN."""
+    root = Path(tempfile.mkdtemp(prefix="cp-bench-p4-"))
+    root.chmod(0o755)  # the unprivileged postgres user must reach its data dir
+    server = EmbeddedPostgres(root / "data", "127.0.0.1", free_port("127.0.0.1"), durable=True)
+    try:
+        server.start()
+        conn = await asyncpg.connect(server.dsn("postgres"))
+        try:
+            slots = int(await conn.fetchval("SHOW max_connections"))
+            per_transaction = max(64, -(-2 * LOCKS_PER_MEMBER * n // slots))  # 2x headroom
+            await conn.execute(f"ALTER SYSTEM SET max_locks_per_transaction = {per_transaction}")
+        finally:
+            await conn.close()
+        server.stop()
+        server.start()  # the lock table is sized at start
+        yield server.dsn("postgres")
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 async def measure(n: int) -> dict[str, float]:
-    with postgres_server() as (admin_dsn, _host, _port):
+    async with revalidation_postgres(n) as admin_dsn:
         dsn = await prepare_database(admin_dsn)
         conn = await asyncpg.connect(dsn)
         try:
