@@ -36,6 +36,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
+from activities.rate_limit import reservation_budget
 from activities.save_entry import admit_one
 from activities.wake import wake_link
 from bench.ingress_bench import record
@@ -43,6 +44,7 @@ from bench.stack import BenchStack, bench_stack, record_id
 from cli.stack.process import stop_process
 from db.pool import create_pool
 from protocol.admission import CreateReserved, SaveRequest
+from protocol.rate_limit import RemoteBudgetResult
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "connector-push-bench-parked"
@@ -70,8 +72,9 @@ async def _bounded(n: int, job: Callable[[int], Awaitable[object]]) -> list[obje
     return await asyncio.gather(*(one(i) for i in range(n)))
 
 
-async def admit_and_park(dsn: str, n: int) -> list[str]:
-    """N admitted creates, then parked in one statement; returns their link keys."""
+async def admit_and_park(dsn: str, n: int) -> tuple[list[str], RemoteBudgetResult]:
+    """N admitted creates, then parked in one statement; returns their link keys and the
+    remote budget the CRM entry starts their workflows with (they share one profile)."""
     pool = await create_pool(dsn, min_size=4, max_size=20)
     try:
 
@@ -86,13 +89,13 @@ async def admit_and_park(dsn: str, n: int) -> list[str]:
             )
             return await admit_one(pool, save)
 
-        decisions = await _bounded(n, admit)
-        keys = [d.reservation.link_key for d in decisions if isinstance(d, CreateReserved)]
-        assert len(keys) == n, decisions[:3]
+        decisions = [d for d in await _bounded(n, admit) if isinstance(d, CreateReserved)]
+        assert len(decisions) == n, decisions[:3]
+        budget = await reservation_budget(pool, decisions[0].reservation.request)
         async with pool.acquire() as conn:
             parked = await conn.execute(PARK)
         assert parked == f"UPDATE {n}", parked
-        return keys
+        return [d.reservation.link_key for d in decisions], budget
     finally:
         await pool.close()
 
@@ -178,13 +181,15 @@ async def query_latency_ms(client: Client, repeats: int = 5) -> tuple[float, flo
     return statistics.median(counts) * 1000, statistics.median(pages) * 1000
 
 
-async def _park_workflows(stack: BenchStack, keys: list[str], pid: int) -> dict[str, float]:
+async def _park_workflows(
+    stack: BenchStack, keys: list[str], budget: RemoteBudgetResult, pid: int
+) -> dict[str, float]:
     """Wake every parked link's workflow through the worker `pid`; its memory once parked."""
     n = len(keys)
     await wait_for_poller(stack.client)
     idle, _ = rss_mb(pid)
     started = time.monotonic()
-    await _bounded(n, lambda i: wake_link(stack.client, QUEUE, keys[i], None))
+    await _bounded(n, lambda i: wake_link(stack.client, QUEUE, keys[i], None, budget))
     woken = time.monotonic() - started
     log(f"P5: {n} signal-with-starts in {woken:.0f} s; waiting for them to park")
     parked_s = woken + await wait_parked(stack.client, n, timeout=60 + n / 5)
@@ -200,10 +205,10 @@ async def _park_workflows(stack: BenchStack, keys: list[str], pid: int) -> dict[
 async def measure(n: int, cache: int) -> dict[str, float]:
     async with bench_stack(n) as stack:
         log(f"P5: admitting and parking {n} creates")
-        keys = await admit_and_park(stack.dsn, n)
+        keys, budget = await admit_and_park(stack.dsn, n)
         log_path = Path(tempfile.mkdtemp(prefix="cp-bench-p5-")) / "worker.log"
         with worker_process(stack, cache, log_path) as pid:
-            figures = await _park_workflows(stack, keys, pid)
+            figures = await _park_workflows(stack, keys, budget, pid)
             count_ms, page_ms = await query_latency_ms(stack.client)
     return {
         **figures,
