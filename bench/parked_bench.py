@@ -210,8 +210,13 @@ async def measure(n: int, cache: int) -> dict[str, float]:
         with worker_process(stack, cache, log_path) as pid:
             figures = await _park_workflows(stack, keys, budget, pid)
             count_ms, page_ms = await query_latency_ms(stack.client)
+    cached = min(n, cache)
     return {
         **figures,
+        # What one cached workflow costs: the cache size that keeps RSS under a target.
+        "P5_mb_per_cached_workflow": round(
+            (figures["P5_rss_mb"] - figures["P5_idle_rss_mb"]) / cached, 3
+        ),
         "P5_n": n,
         "P5_max_cached_workflows": cache,
         "P5_query_count_ms": round(count_ms, 1),
@@ -227,7 +232,8 @@ async def run_parked_bench(
     print(
         f"P5 = {r['P5_rss_mb']:.0f} MB worker RSS with {n:,} parked LinkWorkflows open "
         f"(target <= 300; peak {r['P5_peak_rss_mb']:.0f}, idle {r['P5_idle_rss_mb']:.0f}; "
-        f"sticky cache {cache}); parked at {r['P5_parked_per_s']:.0f}/s; "
+        f"sticky cache {cache}, {r['P5_mb_per_cached_workflow']:.2f} MB per cached run); "
+        f"parked at {r['P5_parked_per_s']:.0f}/s; "
         f"`{PARKED_QUERY}`: count {r['P5_query_count_ms']:.0f} ms, first page of 100 "
         f"{r['P5_query_page_ms']:.0f} ms (load {one:.1f}, {five:.1f})"
     )
