@@ -32,9 +32,9 @@ from protocol.revalidation import (
     RevalidationManifest,
     RevalidationMember,
     RevalidationResult,
+    after_state,
     build_manifest,
     decide,
-    link_row_digest,
     plan_member,
     result_of,
 )
@@ -71,7 +71,7 @@ async def validate(
     tx = conn.transaction()
     await tx.start()
     try:
-        decision = await _lock_and_decide(conn, manifest, on_step)
+        decision, _ = await _lock_and_decide(conn, manifest, on_step)
     finally:
         await tx.rollback()
     return result_of(manifest, decision, applied=False)
@@ -84,9 +84,9 @@ async def apply(
     decision: Decision
     try:
         async with conn.transaction():
-            decision = await _lock_and_decide(conn, manifest, on_step)
+            decision, locked = await _lock_and_decide(conn, manifest, on_step)
             if isinstance(decision, Apply):
-                await _write(conn, manifest, decision, on_step)
+                await _write(conn, manifest, decision, locked, on_step)
     except _CasLost as lost:
         decision = Rejected(conflicts=(lost.conflict,))
     return result_of(manifest, decision, applied=True)
@@ -97,7 +97,9 @@ async def apply(
 PAGE = 1000
 
 
-async def _lock_and_decide(conn: Conn, manifest: RevalidationManifest, on_step: OnStep) -> Decision:
+async def _lock_and_decide(
+    conn: Conn, manifest: RevalidationManifest, on_step: OnStep
+) -> tuple[Decision, list[LockedMember]]:
     # Members are sorted by link key (invariant 1), and each page locks its links, then
     # their rows, then their occupancy keys, each set in link-key order: every row or
     # occupancy lock of a link is taken after its link lock, which every transaction
@@ -111,7 +113,7 @@ async def _lock_and_decide(conn: Conn, manifest: RevalidationManifest, on_step: 
             on_step(Phase.LOCKED, member.link_key)
     # Read after the locks: a concurrent apply of this operation has committed by now.
     receipts = await q.operation_receipts(conn, manifest.operation_id)
-    return decide(manifest, locked, receipts)
+    return decide(manifest, locked, receipts), locked
 
 
 async def _lock_page(conn: Conn, keys: list[str]) -> list[LockedMember]:
@@ -137,21 +139,29 @@ async def _lock_page(conn: Conn, keys: list[str]) -> list[LockedMember]:
 
 
 async def _write(
-    conn: Conn, manifest: RevalidationManifest, decision: Apply, on_step: OnStep
+    conn: Conn,
+    manifest: RevalidationManifest,
+    decision: Apply,
+    locked: list[LockedMember],
+    on_step: OnStep,
 ) -> None:
-    pairs = list(zip(manifest.members, decision.receipts, strict=True))
-    for start in range(0, len(pairs), PAGE):
-        page = pairs[start : start + PAGE]
+    members = list(zip(manifest.members, locked, strict=True))
+    receipts = list(decision.receipts)
+    for start in range(0, len(members), PAGE):
+        page = members[start : start + PAGE]
         # The receipts first: the links' new pointers reference them.
-        await q.insert_receipts(conn, [receipt for _, receipt in page])
+        await q.insert_receipts(conn, receipts[start : start + PAGE])
         moved = await q.move_links_mapping(conn, [m for m, _ in page], manifest.operation_id)
-        for member, receipt in page:
-            _check_moved(member.link_key, moved.get(member.link_key), receipt.after_row_digest)
+        for member, lock in page:
+            assert lock.row is not None  # decide applies only when every row exists
+            expected = after_state(lock.row, member, manifest.operation_id)
+            _check_moved(member.link_key, moved.get(member.link_key), expected)
             on_step(Phase.WRITTEN, member.link_key)
 
 
-def _check_moved(link_key: str, moved: LinkRowState | None, after_row_digest: str) -> None:
-    if moved is None or link_row_digest(moved) != after_row_digest:
+def _check_moved(link_key: str, moved: LinkRowState | None, expected: LinkRowState) -> None:
+    """The returned row is the after-state its receipt's digest was computed from."""
+    if moved is None or moved != expected:
         detail = "row changed under its lock" if moved else "compare-and-set matched no row"
         raise _CasLost(Conflict(link_key=link_key, reason=ConflictReason.CAS_LOST, detail=detail))
 
