@@ -133,15 +133,18 @@ async def _settled(stats: asyncpg.Connection) -> int:
 
 
 async def _wait_for(dsn: str, query: str, n: int) -> int:
-    """Poll `query` (a count) until it reaches `n`; returns how many polls (transactions)."""
+    """Poll `query` (a count) until it reaches `n`; returns how many polls (transactions).
+    Bounded: a wake-up the CRM entry deferred to the relay (the bench runs none) would
+    otherwise wait forever."""
     conn = await asyncpg.connect(dsn)
     polls = 0
     try:
-        while True:
-            polls += 1
-            if await conn.fetchval(query) >= n:
-                return polls
-            await asyncio.sleep(0.05)
+        async with asyncio.timeout(120 + n):
+            while True:
+                polls += 1
+                if await conn.fetchval(query) >= n:
+                    return polls
+                await asyncio.sleep(0.05)
     finally:
         await conn.close()
 

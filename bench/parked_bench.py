@@ -162,7 +162,11 @@ async def wait_parked(client: Client, n: int, timeout: float) -> float:
     """Seconds until the visibility query lists all N (the condition the bench waits on)."""
     started = time.monotonic()
     async with asyncio.timeout(timeout):
-        while await parked_count(client) < n:
+        polls = 0
+        while (parked := await parked_count(client)) < n:
+            polls += 1
+            if polls % 30 == 0:
+                log(f"P5: {parked} of {n} parked after {time.monotonic() - started:.0f} s")
             await asyncio.sleep(1.0)  # poll interval of a count query, not a synchronisation
     return time.monotonic() - started
 
