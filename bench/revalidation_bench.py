@@ -194,6 +194,7 @@ async def measure(n: int) -> dict[str, float]:
         "P4_validate_per_s": round(n / validate_s),
         "P4_apply_per_s": round(n / apply_s),
         "P4_n": n,
+        "P4_load_1m": round(os.getloadavg()[0], 2),  # the machine is shared: say how busy
     }
 
 
