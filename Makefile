@@ -34,8 +34,9 @@ pytest: $(STAMP)
 
 test: lint pytest
 
+# ONLY=P4 (or P1,P5 ...) runs those parts alone; see bench/__main__.py.
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY))
 
 # Seeded fault campaign (issue 10): CHAOS_SEED (default 1), CHAOS_SECONDS (default 600).
 chaos: $(STAMP)

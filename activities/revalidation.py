@@ -36,9 +36,9 @@ from protocol.revalidation import (
     RevalidationMember,
     RevalidationReceipt,
     RevalidationResult,
+    after_state,
     build_manifest,
     decide_bound,
-    link_row_digest,
     plan_member,
     result_of,
 )
@@ -75,7 +75,7 @@ async def validate(
     tx = conn.transaction()
     await tx.start()
     try:
-        decision = await _lock_and_decide(conn, manifest, on_step)
+        decision, _ = await _lock_and_decide(conn, manifest, on_step)
     finally:
         await tx.rollback()
     return result_of(manifest, decision, applied=False)
@@ -88,25 +88,37 @@ async def apply(
     decision: Decision
     try:
         async with conn.transaction():
-            decision = await _lock_and_decide(conn, manifest, on_step)
+            decision, locked = await _lock_and_decide(conn, manifest, on_step)
             if isinstance(decision, Apply):
-                await _write(conn, manifest, decision, on_step)
+                await _write(conn, manifest, decision, locked, on_step)
     except _CasLost as lost:
         decision = Rejected(conflicts=(lost.conflict,))
     return result_of(manifest, decision, applied=True)
 
 
-async def _lock_and_decide(conn: Conn, manifest: RevalidationManifest, on_step: OnStep) -> Decision:
-    # Members are sorted by link key (invariant 1), so every transaction locks in
-    # one global order: link key, then its row, then its occupancy key.
-    locked = []
-    for member in manifest.members:
-        locked.append(await _lock_member(conn, member.link_key))
-        on_step(Phase.LOCKED, member.link_key)
+# Members per statement: validate and apply run a handful of statements per page,
+# not per member (issue 16, P4).
+PAGE = 1000
+
+
+async def _lock_and_decide(
+    conn: Conn, manifest: RevalidationManifest, on_step: OnStep
+) -> tuple[Decision, list[LockedMember]]:
+    # Members are sorted by link key (invariant 1), and each page locks its links, then
+    # their rows, then their occupancy keys, each set in link-key order: every row or
+    # occupancy lock of a link is taken after its link lock, which every transaction
+    # takes in link-key order, so two revalidations (or one and a save) cannot deadlock.
+    keys = [member.link_key for member in manifest.members]
+    locked: list[LockedMember] = []
+    for start in range(0, len(keys), PAGE):
+        page = await _lock_page(conn, keys[start : start + PAGE])
+        locked.extend(page)
+        for member in page:
+            on_step(Phase.LOCKED, member.link_key)
     # Read after the locks: a concurrent apply of this operation has committed by now.
     receipts = await q.operation_receipts(conn, manifest.operation_id)
     produced = await _produced_fingerprints(conn, manifest.members, locked)
-    return decide_bound(manifest, locked, receipts, produced)
+    return decide_bound(manifest, locked, receipts, produced), locked
 
 
 async def _produced_fingerprints(
@@ -148,33 +160,56 @@ def install_fingerprints(
     )
 
 
-async def _lock_member(conn: Conn, link_key: str) -> LockedMember:
-    await q.lock_link_key(conn, link_key)
-    row = await q.link_state_for_update(conn, link_key)
-    await q.lock_occupancy_key(conn, link_key)
-    occupying = await q.occupying_attempt_ids(conn, link_key)
-    pointer = row.last_mapping_revalidation_operation_id if row else None
-    prior = await q.receipt(conn, pointer, link_key) if pointer else None
-    return LockedMember(
-        link_key=link_key, row=row, occupying_attempt_ids=occupying, pointer_receipt=prior
-    )
+async def _lock_page(conn: Conn, keys: list[str]) -> list[LockedMember]:
+    await q.lock_link_keys(conn, keys)
+    rows = await q.link_states_for_update(conn, keys)
+    await q.lock_occupancy_keys(conn, keys)
+    occupying = await q.occupying_attempts(conn, keys)
+    pointers = {
+        key: row.last_mapping_revalidation_operation_id
+        for key, row in rows.items()
+        if row.last_mapping_revalidation_operation_id is not None
+    }
+    prior = await q.pointer_receipts(conn, pointers) if pointers else {}
+    return [
+        LockedMember(
+            link_key=key,
+            row=rows.get(key),
+            occupying_attempt_ids=occupying.get(key, ()),
+            pointer_receipt=prior.get(key),
+        )
+        for key in keys
+    ]
 
 
 async def _write(
-    conn: Conn, manifest: RevalidationManifest, decision: Apply, on_step: OnStep
+    conn: Conn,
+    manifest: RevalidationManifest,
+    decision: Apply,
+    locked: list[LockedMember],
+    on_step: OnStep,
 ) -> None:
-    for member, receipt in zip(manifest.members, decision.receipts, strict=True):
-        # The receipt first: the link's new pointer references it.
-        await q.insert_receipt(conn, receipt)
+    members = list(zip(manifest.members, locked, strict=True))
+    receipts = list(decision.receipts)
+    for start in range(0, len(members), PAGE):
+        page = members[start : start + PAGE]
+        # The receipts first: the links' new pointers reference them.
+        await q.insert_receipts(conn, receipts[start : start + PAGE])
         who = (manifest.approval.approved_by, manifest.approval.reason)
-        moved = await q.move_link_mapping(conn, member, manifest.operation_id, who)
-        if moved is None or link_row_digest(moved) != receipt.after_row_digest:
-            detail = "row changed under its lock" if moved else "compare-and-set matched no row"
-            raise _CasLost(
-                Conflict(link_key=member.link_key, reason=ConflictReason.CAS_LOST, detail=detail)
-            )
-        await audit_q.append(conn, _audit_entry(manifest, receipt))
-        on_step(Phase.WRITTEN, member.link_key)
+        moved = await q.move_links_mapping(conn, [m for m, _ in page], manifest.operation_id, who)
+        for (member, lock), receipt in zip(page, receipts[start : start + PAGE], strict=True):
+            assert lock.row is not None  # decide applies only when every row exists
+            expected = after_state(lock.row, member, manifest.operation_id)
+            _check_moved(member.link_key, moved.get(member.link_key), expected)
+            await audit_q.append(conn, _audit_entry(manifest, receipt))
+            on_step(Phase.WRITTEN, member.link_key)
+
+
+def _check_moved(link_key: str, moved: LinkRowState | None, expected: LinkRowState) -> None:
+    """The returned row is the after-state its receipt's digest was computed from."""
+    if moved is None or moved != expected:
+        detail = "row changed under its lock" if moved else "compare-and-set matched no row"
+        raise _CasLost(Conflict(link_key=link_key, reason=ConflictReason.CAS_LOST, detail=detail))
 
 
 def _audit_entry(manifest: RevalidationManifest, receipt: RevalidationReceipt) -> AuditEntry:

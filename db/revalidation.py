@@ -60,16 +60,37 @@ SELECT {_LINK_STATE} FROM connector_remote_link
 WHERE connector_owner_key = $1 AND status = 'finalized' ORDER BY link_key COLLATE "C"
 """
 
-# ID-5: the statuses that release the create slot are the only non-occupying ones.
-SELECT_OCCUPYING_ATTEMPTS: Final = """
-SELECT attempt_id::text AS attempt_id FROM connector_push_attempt
-WHERE link_key = $1 AND status NOT IN ('finalized', 'superseded')
-ORDER BY attempt_ordinal
+# The page forms below run one statement for a page of members, keys in link-key
+# order (members are sorted, invariant 1). Advisory locks are taken in the order the
+# sorted keys come out: a volatile function in the select list runs after ORDER BY.
+LOCK_LINK_KEYS: Final = """
+SELECT pg_advisory_xact_lock(hashtextextended(k, 7))
+FROM unnest($1::text[]) AS k ORDER BY k COLLATE "C"
 """
 
-SELECT_RECEIPT: Final = f"""
+LOCK_OCCUPANCY_KEYS: Final = """
+SELECT pg_advisory_xact_lock(hashtextextended('occupancy:' || k, 7))
+FROM unnest($1::text[]) AS k ORDER BY k COLLATE "C"
+"""
+
+# Row locks are taken in the sorted order too (the lock step runs above the sort).
+SELECT_LINKS_FOR_UPDATE: Final = f"""
+SELECT {_LINK_STATE} FROM connector_remote_link
+WHERE link_key = ANY($1::text[]) ORDER BY link_key COLLATE "C" FOR UPDATE
+"""
+
+# ID-5: the statuses that release the create slot are the only non-occupying ones.
+SELECT_OCCUPYING_ATTEMPTS: Final = """
+SELECT link_key, attempt_id::text AS attempt_id FROM connector_push_attempt
+WHERE link_key = ANY($1::text[]) AND status NOT IN ('finalized', 'superseded')
+ORDER BY link_key, attempt_ordinal
+"""
+
+# The receipt each (link key, pointer) pair names.
+SELECT_POINTER_RECEIPTS: Final = f"""
 SELECT {_RECEIPT} FROM connector_link_revalidation_receipt
-WHERE operation_id = $1 AND link_key = $2
+JOIN unnest($1::text[], $2::text[]) AS p (link_key, operation_id)
+    USING (link_key, operation_id)
 """
 
 SELECT_OPERATION_RECEIPTS: Final = f"""
@@ -77,26 +98,38 @@ SELECT {_RECEIPT} FROM connector_link_revalidation_receipt
 WHERE operation_id = $1 ORDER BY link_key COLLATE "C"
 """
 
-INSERT_RECEIPT: Final = """
+INSERT_RECEIPTS: Final = """
 INSERT INTO connector_link_revalidation_receipt (
     operation_id, link_key, manifest_digest, approval_digest, mapping_fingerprint_algorithm,
     body_fingerprint_algorithm, old_mapping_fingerprint, new_mapping_fingerprint,
     old_body_fingerprint, new_body_fingerprint, old_pack_install_id, new_pack_install_id,
     previous_operation_id, before_row_digest, after_row_digest
-) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::uuid, $12::uuid, $13, $14, $15)
+)
+SELECT * FROM unnest(
+    $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+    $8::text[], $9::text[], $10::text[], $11::uuid[], $12::uuid[], $13::text[], $14::text[],
+    $15::text[]
+)
 """
 
-# Compare-and-set: the row must still be finalized with exactly the old tuple and
-# the expected pointer; the receipt named by the new pointer must already exist.
-MOVE_LINK_MAPPING: Final = f"""
+# Compare-and-set per member: the row must still be finalized with exactly the old
+# tuple and the expected pointer; the receipt named by the new pointer must already
+# exist. A member whose row does not match is simply not returned.
+MOVE_LINKS_MAPPING: Final = f"""
 UPDATE connector_remote_link
-SET mapping_fingerprint = $3, body_fingerprint = $4,
-    last_validated_pack_install_id = $5::uuid, last_mapping_revalidation_operation_id = $2,
+SET mapping_fingerprint = m.new_mapping, body_fingerprint = m.new_body,
+    last_validated_pack_install_id = m.new_install,
+    last_mapping_revalidation_operation_id = $2,
     last_operator = $10, last_operator_reason = $11, last_operator_at = now()
-WHERE link_key = $1 AND status = 'finalized'
-  AND mapping_fingerprint = $6 AND body_fingerprint = $7
-  AND last_validated_pack_install_id = $8::uuid
-  AND last_mapping_revalidation_operation_id IS NOT DISTINCT FROM $9
+FROM unnest(
+    $1::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[], $8::uuid[],
+    $9::text[]
+) AS m (member_key, new_mapping, new_body, new_install, old_mapping, old_body, old_install,
+        expected_operation)
+WHERE link_key = m.member_key AND status = 'finalized'
+  AND mapping_fingerprint = m.old_mapping AND body_fingerprint = m.old_body
+  AND last_validated_pack_install_id = m.old_install
+  AND last_mapping_revalidation_operation_id IS NOT DISTINCT FROM m.expected_operation
 RETURNING {_LINK_STATE}
 """
 
@@ -134,23 +167,48 @@ async def finalized_link_states(conn: Conn, owner_key: str) -> list[LinkRowState
     return [_link_state(row) for row in await conn.fetch(SELECT_FINALIZED_LINKS, owner_key)]
 
 
-async def occupying_attempt_ids(conn: Conn, link_key: str) -> tuple[str, ...]:
-    rows = await conn.fetch(SELECT_OCCUPYING_ATTEMPTS, link_key)
-    return tuple(str(row["attempt_id"]) for row in rows)
-
-
-async def receipt(conn: Conn, operation_id: str, link_key: str) -> RevalidationReceipt | None:
-    row = await conn.fetchrow(SELECT_RECEIPT, operation_id, link_key)
-    return None if row is None else _receipt(row)
-
-
 async def operation_receipts(conn: Conn, operation_id: str) -> list[RevalidationReceipt]:
     return [_receipt(row) for row in await conn.fetch(SELECT_OPERATION_RECEIPTS, operation_id)]
 
 
-async def insert_receipt(conn: Conn, r: RevalidationReceipt) -> None:
-    await conn.execute(
-        INSERT_RECEIPT,
+# -- the page forms (issue 16, P4: one statement per page, not per member) --------------
+
+
+async def lock_link_keys(conn: Conn, link_keys: list[str]) -> None:
+    await conn.execute(LOCK_LINK_KEYS, link_keys)
+
+
+async def lock_occupancy_keys(conn: Conn, link_keys: list[str]) -> None:
+    await conn.execute(LOCK_OCCUPANCY_KEYS, link_keys)
+
+
+async def link_states_for_update(conn: Conn, link_keys: list[str]) -> dict[str, LinkRowState]:
+    """The rows of `link_keys` that exist, locked; absent keys are simply missing."""
+    rows = await conn.fetch(SELECT_LINKS_FOR_UPDATE, link_keys)
+    return {row["link_key"]: _link_state(row) for row in rows}
+
+
+async def occupying_attempts(conn: Conn, link_keys: list[str]) -> dict[str, tuple[str, ...]]:
+    """Occupying attempt ids by link key, in ordinal order; unoccupied links are missing."""
+    found: dict[str, list[str]] = {}
+    for row in await conn.fetch(SELECT_OCCUPYING_ATTEMPTS, link_keys):
+        found.setdefault(row["link_key"], []).append(row["attempt_id"])
+    return {key: tuple(ids) for key, ids in found.items()}
+
+
+async def pointer_receipts(conn: Conn, pointers: dict[str, str]) -> dict[str, RevalidationReceipt]:
+    """The receipt each link's pointer names (link key -> operation id), by link key."""
+    rows = await conn.fetch(SELECT_POINTER_RECEIPTS, list(pointers), list(pointers.values()))
+    return {row["link_key"]: _receipt(row) for row in rows}
+
+
+async def insert_receipts(conn: Conn, receipts: list[RevalidationReceipt]) -> None:
+    columns = zip(*(_receipt_params(r) for r in receipts), strict=True)
+    await conn.execute(INSERT_RECEIPTS, *(list(column) for column in columns))
+
+
+def _receipt_params(r: RevalidationReceipt) -> tuple[object, ...]:
+    return (
         r.operation_id, r.link_key, r.manifest_digest, r.approval_digest,
         r.mapping_fingerprint_algorithm, r.body_fingerprint_algorithm,
         r.old_mapping_fingerprint, r.new_mapping_fingerprint,
@@ -160,19 +218,22 @@ async def insert_receipt(conn: Conn, r: RevalidationReceipt) -> None:
     )  # fmt: skip
 
 
-async def move_link_mapping(
-    conn: Conn, member: RevalidationMember, operation_id: str, operator: tuple[str, str]
-) -> LinkRowState | None:
-    """Move the fingerprints, install and pointer iff the row still holds the old ones,
-    stamping `operator` (who, why) on the link; those columns are outside the row digest."""
-    row = await conn.fetchrow(
-        MOVE_LINK_MAPPING,
-        member.link_key, operation_id,
-        member.new_mapping_fingerprint, member.new_body_fingerprint,
-        uuid.UUID(member.new_pack_install_id),
-        member.old_mapping_fingerprint, member.old_body_fingerprint,
-        uuid.UUID(member.old_pack_install_id),
-        member.expected_revalidation_operation_id,
+async def move_links_mapping(
+    conn: Conn, members: list[RevalidationMember], operation_id: str, operator: tuple[str, str]
+) -> dict[str, LinkRowState]:
+    """Move each member's fingerprints, install and pointer iff its row still holds the
+    old ones, stamping `operator` (who, why) on the links (outside the row digest); returns
+    the moved rows by link key (a member that did not match is absent)."""
+    rows = await conn.fetch(
+        MOVE_LINKS_MAPPING,
+        [m.link_key for m in members], operation_id,
+        [m.new_mapping_fingerprint for m in members],
+        [m.new_body_fingerprint for m in members],
+        [uuid.UUID(m.new_pack_install_id) for m in members],
+        [m.old_mapping_fingerprint for m in members],
+        [m.old_body_fingerprint for m in members],
+        [uuid.UUID(m.old_pack_install_id) for m in members],
+        [m.expected_revalidation_operation_id for m in members],
         operator[0], operator[1],
     )  # fmt: skip
-    return None if row is None else _link_state(row)
+    return {row["link_key"]: _link_state(row) for row in rows}

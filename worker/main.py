@@ -40,7 +40,13 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     try:
         await ensure_rate_limits(client, pool, settings.task_queue)
         async with remote_http_client() as http:
-            worker = build_worker(client, pool, http, settings.task_queue)
+            worker = build_worker(
+                client,
+                pool,
+                http,
+                settings.task_queue,
+                max_cached_workflows=settings.max_cached_workflows,
+            )
             gauges = _status_gauges(pool, runtime, stop)
             try:
                 await run_until(stop, worker)

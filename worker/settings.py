@@ -52,6 +52,9 @@ class RuntimeSettings(BaseSettings):
     otel_endpoint: str | None = None
     # host:port for the Temporal SDK's Prometheus metrics (NF-1); off when unset.
     metrics_bind_address: str | None = None
+    # The worker's sticky cache: workflows kept in memory between tasks (temporalio's
+    # default). Parked links stay open, so this, not their number, bounds the RSS (P5).
+    max_cached_workflows: int = Field(default=1000, ge=0)
     log_level: str = "INFO"
     log_json: bool = True
     # OPS-3: an age such as `30d` turns on the worker's daily prune; off when unset.

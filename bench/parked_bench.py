@@ -1,0 +1,260 @@
+"""P5: the worker's memory with many parked links, and the operator's visibility query.
+
+A parked link's workflow stays open for its operator (`parked-link-stays-open`), so
+N parked links are N open LinkWorkflows. The cheapest honest way to get there:
+N saves admitted through the product's admission (pending creates, nothing sent),
+parked in Postgres in one statement as a run of exhausted creates would leave them
+(`pending -> terminal_failed`, a legal move the triggers check, with a reason), then
+each link's workflow woken by the CRM entry's signal-with-start. Each run reads its
+attempt, publishes `NeedsOperator = true` and waits for an operator: no POST.
+
+Measured: the RSS of the `connector-push worker` process (its own process, so the
+bench's client and the sandbox are not counted) once every workflow is parked,
+with the worker's sticky-cache size (`CONNECTOR_PUSH_MAX_CACHED_WORKFLOWS`), and
+the latency of the Temporal server's `NeedsOperator = true AND ExecutionStatus =
+"Running"` query (count, and the first page of a listing) at that size.
+
+Alone: `python -m bench.parked_bench [--n 10000] [--cache 1000]` (or `BENCH_P5_N`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+
+from activities.rate_limit import reservation_budget
+from activities.save_entry import admit_one
+from activities.wake import wake_link
+from bench.ingress_bench import record
+from bench.stack import BenchStack, bench_stack, record_id
+from cli.stack.process import stop_process
+from db.pool import create_pool
+from protocol.admission import CreateReserved, SaveRequest
+from protocol.rate_limit import RemoteBudgetResult
+
+ROOT = Path(__file__).resolve().parents[1]
+QUEUE = "connector-push-bench-parked"
+CONCURRENCY = 50
+PARKED_QUERY = 'NeedsOperator = true AND ExecutionStatus = "Running"'
+DEFAULT_CACHE = 1000  # the worker's default sticky cache (temporalio's max_cached_workflows)
+PARK = """
+UPDATE connector_push_attempt
+SET status = 'terminal_failed', last_error = 'bench P5: parked for an operator'
+WHERE status = 'pending'
+"""
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+async def _bounded(n: int, job: Callable[[int], Awaitable[object]]) -> list[object]:
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(i: int) -> object:
+        async with gate:
+            return await job(i)
+
+    return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def admit_and_park(dsn: str, n: int) -> tuple[list[str], RemoteBudgetResult]:
+    """N admitted creates, then parked in one statement; returns their link keys and the
+    remote budget the CRM entry starts their workflows with (they share one profile)."""
+    pool = await create_pool(dsn, min_size=4, max_size=20)
+    try:
+
+        async def admit(i: int) -> object:
+            save = SaveRequest(
+                connector_owner_key="demo-owner",
+                action_slot_id="push-contact",
+                destination_slot_id="remote-contacts",
+                source_object="Contact",
+                source_record_id=record_id(i),
+                originating_user_id="bench",
+            )
+            return await admit_one(pool, save)
+
+        decisions = [d for d in await _bounded(n, admit) if isinstance(d, CreateReserved)]
+        assert len(decisions) == n, decisions[:3]
+        budget = await reservation_budget(pool, decisions[0].reservation.request)
+        async with pool.acquire() as conn:
+            parked = await conn.execute(PARK)
+        assert parked == f"UPDATE {n}", parked
+        return [d.reservation.link_key for d in decisions], budget
+    finally:
+        await pool.close()
+
+
+def _env(stack: BenchStack, cache: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": stack.dsn,
+        "TEMPORAL_ADDRESS": stack.client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": stack.client.namespace,
+        "CONNECTOR_PUSH_TASK_QUEUE": QUEUE,
+        "CONNECTOR_PUSH_LOG_LEVEL": "WARNING",
+        "CONNECTOR_PUSH_MAX_CACHED_WORKFLOWS": str(cache),
+    }
+
+
+@contextmanager
+def worker_process(stack: BenchStack, cache: int, log_path: Path) -> Iterator[int]:
+    """One `connector-push worker`; yields its pid."""
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli", "worker"],
+            env=_env(stack, cache),
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield process.pid
+        if process.poll() is not None:
+            raise RuntimeError(f"the worker exited during the run; see {log_path}")
+    finally:
+        stop_process(process, 30)
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of `pid` in MB: resident now, and the peak."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+
+    def mb(key: str) -> float:
+        return int(fields[key].split()[0]) / 1024
+
+    return mb("VmRSS"), mb("VmHWM")
+
+
+async def wait_for_poller(client: Client) -> None:
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=QUEUE),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    async with asyncio.timeout(120):
+        while not (await client.workflow_service.describe_task_queue(request)).pollers:
+            await asyncio.sleep(0.2)  # poll interval; the poller list is the condition
+
+
+async def parked_count(client: Client) -> int:
+    return (await client.count_workflows(PARKED_QUERY)).count
+
+
+async def wait_parked(client: Client, n: int, timeout: float) -> float:
+    """Seconds until the visibility query lists all N (the condition the bench waits on)."""
+    started = time.monotonic()
+    async with asyncio.timeout(timeout):
+        polls = 0
+        while (parked := await parked_count(client)) < n:
+            polls += 1
+            if polls % 30 == 0:
+                log(f"P5: {parked} of {n} parked after {time.monotonic() - started:.0f} s")
+            await asyncio.sleep(1.0)  # poll interval of a count query, not a synchronisation
+    return time.monotonic() - started
+
+
+async def query_latency_ms(client: Client, repeats: int = 5) -> tuple[float, float]:
+    """Median ms of the count query, and of the first page (100) of the listing."""
+    counts, pages = [], []
+    for _ in range(repeats):
+        started = time.monotonic()
+        await parked_count(client)
+        counts.append(time.monotonic() - started)
+        started = time.monotonic()
+        listed = [w async for w in client.list_workflows(PARKED_QUERY, limit=100, page_size=100)]
+        pages.append(time.monotonic() - started)
+        assert len(listed) == 100, len(listed)
+    return statistics.median(counts) * 1000, statistics.median(pages) * 1000
+
+
+async def _park_workflows(
+    stack: BenchStack, keys: list[str], budget: RemoteBudgetResult, pid: int
+) -> dict[str, float]:
+    """Wake every parked link's workflow through the worker `pid`; its memory once parked."""
+    n = len(keys)
+    await wait_for_poller(stack.client)
+    idle, _ = rss_mb(pid)
+    started = time.monotonic()
+    await _bounded(n, lambda i: wake_link(stack.client, QUEUE, keys[i], None, budget))
+    woken = time.monotonic() - started
+    log(f"P5: {n} signal-with-starts in {woken:.0f} s; waiting for them to park")
+    parked_s = woken + await wait_parked(stack.client, n, timeout=60 + n / 5)
+    rss, peak = rss_mb(pid)
+    return {
+        "P5_rss_mb": round(rss, 1),
+        "P5_peak_rss_mb": round(peak, 1),
+        "P5_idle_rss_mb": round(idle, 1),
+        "P5_parked_per_s": round(n / parked_s, 1),
+    }
+
+
+async def measure(n: int, cache: int) -> dict[str, float]:
+    async with bench_stack(n) as stack:
+        log(f"P5: admitting and parking {n} creates")
+        keys, budget = await admit_and_park(stack.dsn, n)
+        log_path = Path(tempfile.mkdtemp(prefix="cp-bench-p5-")) / "worker.log"
+        with worker_process(stack, cache, log_path) as pid:
+            figures = await _park_workflows(stack, keys, budget, pid)
+            count_ms, page_ms = await query_latency_ms(stack.client)
+    cached = min(n, cache)
+    return {
+        **figures,
+        # What one cached workflow costs: the cache size that keeps RSS under a target.
+        "P5_mb_per_cached_workflow": round(
+            (figures["P5_rss_mb"] - figures["P5_idle_rss_mb"]) / cached, 3
+        ),
+        "P5_n": n,
+        "P5_max_cached_workflows": cache,
+        "P5_query_count_ms": round(count_ms, 1),
+        "P5_query_page_ms": round(page_ms, 1),
+        "P5_load_1m": round(os.getloadavg()[0], 2),  # the machine is shared: say how busy
+    }
+
+
+async def run_parked_bench(
+    n: int = 10_000, cache: int = DEFAULT_CACHE, write: bool = True
+) -> dict[str, float]:
+    r = await measure(n, cache)
+    one, five, _ = os.getloadavg()
+    print(
+        f"P5 = {r['P5_rss_mb']:.0f} MB worker RSS with {n:,} parked LinkWorkflows open "
+        f"(target <= 300; peak {r['P5_peak_rss_mb']:.0f}, idle {r['P5_idle_rss_mb']:.0f}; "
+        f"sticky cache {cache}, {r['P5_mb_per_cached_workflow']:.2f} MB per cached run); "
+        f"parked at {r['P5_parked_per_s']:.0f}/s; "
+        f"`{PARKED_QUERY}`: count {r['P5_query_count_ms']:.0f} ms, first page of 100 "
+        f"{r['P5_query_page_ms']:.0f} ms (load {one:.1f}, {five:.1f})"
+    )
+    if write:
+        record(r)
+    return r
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=int(os.environ.get("BENCH_P5_N", "10000")))
+    parser.add_argument("--cache", type=int, default=DEFAULT_CACHE)
+    parser.add_argument("--no-write", action="store_true", help="do not touch latest.json")
+    args = parser.parse_args()
+    asyncio.run(run_parked_bench(args.n, args.cache, not args.no_write))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""P4: bulk mapping revalidation (SPEC §9) over many finalized links: plan, validate, apply.
+
+The links are inserted in bulk (COPY), each a copy of the link the product
+itself would finalize from an admitted attempt, with its own record id, link key
+and remote id. A second install of the demo pack changes one mapping, so every
+link's mapping and body fingerprints move. The three phases run through the
+entry points the CLI uses (`activities.revalidation.plan|validate|apply`), each
+reading or writing the manifest as its JSON document, as `revalidate plan --out`
+and `revalidate validate|apply FILE` do. `P4` is links/s over validate + apply
+together (target >= 20,000), with every receipt written and checked.
+
+Alone: `python -m bench.revalidation_bench [--n 100000]` (or `BENCH_P4_N`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import yaml
+
+from activities import revalidation as revalidation
+from activities.admission import admit_locked
+from activities.packs import apply_pack
+from activities.record_loader import load_records, parse_records_document
+from activities.rows import link_values
+from bench.ingress_bench import prepare_database, record
+from bench.stack import EXAMPLES, FIELDS
+from cli.stack.postgres import EmbeddedPostgres, free_port
+from db import links as links_q
+from protocol.admission import CreateReserved, SaveRequest
+from protocol.identity import link_key
+from protocol.revalidation import Approval, RevalidationStatus, parse_manifest
+
+# validate and apply hold two advisory locks per member (the link's and its occupancy
+# key's) until commit; Postgres's lock table has max_locks_per_transaction x
+# max_connections slots (64 x 200 here; measured: 20,000 locks fit, 50,000 do not).
+LOCKS_PER_MEMBER = 2
+
+OWNER, ACTION, DESTINATION, OBJECT = "demo-owner", "push-contact", "remote-contacts", "Contact"
+TEMPLATE_RECORD = "p4-template"
+APPROVAL = Approval(approved_by="bench", approval_reference="P4", reason="bulk mapping move")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _pack(drop_phone: bool) -> dict[str, Any]:
+    """The demo pack; the second install maps one field fewer, so fingerprints move."""
+    manifest: dict[str, Any] = yaml.safe_load((EXAMPLES / "demo-pack.yaml").read_text())
+    if drop_phone:
+        manifest = copy.deepcopy(manifest)
+        slot = next(s for s in manifest["actionSlots"] if s["id"] == ACTION)
+        slot["mappings"] = [m for m in slot["mappings"] if m["sourceField"] != "Phone"]
+    return manifest
+
+
+async def _template(conn: asyncpg.Connection) -> dict[str, Any]:
+    """The link columns the product writes when an admitted create finalizes."""
+    document = {
+        "records": [
+            {"object": OBJECT, "id": TEMPLATE_RECORD, "fields": {"Email": "t@example.com"}}
+        ],
+        "grants": [{"user": "bench", "object": OBJECT, "records": "*", "fields": FIELDS}],
+    }
+    await load_records(conn, parse_records_document(document))
+    save = SaveRequest(
+        connector_owner_key=OWNER,
+        action_slot_id=ACTION,
+        destination_slot_id=DESTINATION,
+        source_object=OBJECT,
+        source_record_id=TEMPLATE_RECORD,
+        originating_user_id="bench",
+    )
+    key = link_key(OWNER, ACTION, OBJECT, TEMPLATE_RECORD, DESTINATION)
+    idempotency = str(uuid.uuid4())
+    async with conn.transaction():
+        await links_q.lock_link_key(conn, key)
+        decision = await admit_locked(
+            conn, key, save, idempotency, f"cp-{idempotency}", datetime.now(UTC)
+        )
+    assert isinstance(decision, CreateReserved), decision
+    attempt = await conn.fetchrow("SELECT * FROM connector_push_attempt WHERE link_key = $1", key)
+    assert attempt is not None
+    return {**link_values(attempt, "template"), "mirror_status": "written"}
+
+
+def _links(template: dict[str, Any], n: int) -> Iterator[tuple[Any, ...]]:
+    columns = list(template)
+    for i in range(n):
+        record_id = f"p4-{i:07d}"
+        row = dict(template)
+        row["source_record_id"] = record_id
+        row["link_key"] = link_key(OWNER, ACTION, OBJECT, record_id, DESTINATION)
+        row["remote_id"] = f"r{i}"
+        yield tuple(
+            json.dumps(row[c]) if isinstance(row[c], dict | list) else row[c] for c in columns
+        )
+
+
+async def seed(conn: asyncpg.Connection, n: int) -> str:
+    """Install A, `n` finalized links under it, then install B; returns B's id."""
+    await apply_pack(conn, _pack(drop_phone=False))
+    template = await _template(conn)
+    started = time.monotonic()
+    await conn.copy_records_to_table(
+        "connector_remote_link", columns=list(template), records=_links(template, n)
+    )
+    await conn.execute("ANALYZE connector_remote_link")
+    log(f"P4: {n} links inserted by COPY in {time.monotonic() - started:.1f} s")
+    return (await apply_pack(conn, _pack(drop_phone=True))).pack_install_id
+
+
+async def _timed(phase: str, n: int, work: Any) -> tuple[Any, float]:
+    started = time.monotonic()
+    result = await work
+    seconds = time.monotonic() - started
+    log(f"P4 {phase}: {seconds:.2f} s, {n / seconds:,.0f} links/s")
+    return result, seconds
+
+
+async def _plan(conn: asyncpg.Connection, install: str) -> str:
+    request = revalidation.PlanRequest(
+        operation_id="p4-bulk-move", approval=APPROVAL, new_pack_install_id=install
+    )
+    manifest = await revalidation.plan(conn, request)
+    return json.dumps(manifest.document(), sort_keys=True)  # what `plan --out` writes
+
+
+async def _run(conn: asyncpg.Connection, text: str, *, write: bool) -> RevalidationStatus:
+    manifest = parse_manifest(json.loads(text))  # what `validate|apply FILE` reads first
+    entry = revalidation.apply if write else revalidation.validate
+    return (await entry(conn, manifest)).status
+
+
+@asynccontextmanager
+async def revalidation_postgres(n: int) -> AsyncIterator[str]:
+    """A private embedded Postgres whose lock table holds an n-member manifest's locks;
+    yields its admin DSN."""
+    root = Path(tempfile.mkdtemp(prefix="cp-bench-p4-"))
+    root.chmod(0o755)  # the unprivileged postgres user must reach its data dir
+    server = EmbeddedPostgres(root / "data", "127.0.0.1", free_port("127.0.0.1"), durable=True)
+    try:
+        server.start()
+        conn = await asyncpg.connect(server.dsn("postgres"))
+        try:
+            slots = int(await conn.fetchval("SHOW max_connections"))
+            per_transaction = max(64, -(-2 * LOCKS_PER_MEMBER * n // slots))  # 2x headroom
+            await conn.execute(f"ALTER SYSTEM SET max_locks_per_transaction = {per_transaction}")
+        finally:
+            await conn.close()
+        server.stop()
+        server.start()  # the lock table is sized at start
+        yield server.dsn("postgres")
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def measure(n: int) -> dict[str, float]:
+    async with revalidation_postgres(n) as admin_dsn:
+        dsn = await prepare_database(admin_dsn)
+        conn = await asyncpg.connect(dsn)
+        try:
+            install = await seed(conn, n)
+            text, plan_s = await _timed("plan", n, _plan(conn, install))
+            validated, validate_s = await _timed("validate", n, _run(conn, text, write=False))
+            applied, apply_s = await _timed("apply", n, _run(conn, text, write=True))
+            receipts = await conn.fetchval(
+                "SELECT count(*) FROM connector_link_revalidation_receipt"
+            )
+        finally:
+            await conn.close()
+    assert validated is RevalidationStatus.VALIDATED, validated
+    assert applied is RevalidationStatus.APPLIED and receipts == n, (applied, receipts)
+    return {
+        "P4": round(n / (validate_s + apply_s)),
+        "P4_plan_per_s": round(n / plan_s),
+        "P4_validate_per_s": round(n / validate_s),
+        "P4_apply_per_s": round(n / apply_s),
+        "P4_n": n,
+        "P4_load_1m": round(os.getloadavg()[0], 2),  # the machine is shared: say how busy
+    }
+
+
+async def run_revalidation_bench(n: int = 100_000, write: bool = True) -> dict[str, float]:
+    results = await measure(n)
+    one, five, _ = os.getloadavg()
+    print(
+        f"P4 = {results['P4']:,} links/s validate + apply (target >= 20,000); "
+        f"plan {results['P4_plan_per_s']:,}/s, validate {results['P4_validate_per_s']:,}/s, "
+        f"apply {results['P4_apply_per_s']:,}/s over {n:,} links (load {one:.1f}, {five:.1f})"
+    )
+    if write:
+        record(results)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=int(os.environ.get("BENCH_P4_N", "100000")))
+    parser.add_argument("--no-write", action="store_true", help="do not touch latest.json")
+    args = parser.parse_args()
+    asyncio.run(run_revalidation_bench(args.n, not args.no_write))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Bulk revalidation in pages (issue 16 P4): a manifest spanning several pages behaves as
+one transaction, exactly as a one-page manifest does (SPEC §9 REV-2)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from activities import revalidation as revalidation_activity
+from activities.revalidation import Phase, apply, validate
+from db import revalidation as q
+from protocol.revalidation import ConflictReason, RevalidationStatus, link_row_digest
+from tests.db.rows import insert_attempt
+from tests.db.test_revalidation import Links, plan, state
+from tests.db.test_revalidation import links as links  # the fixture, re-exported
+
+PAGE = 2  # three links: a full page and a partial one
+
+
+@pytest.fixture(autouse=True)
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(revalidation_activity, "PAGE", PAGE)
+
+
+@pytest.fixture
+async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(db_dsn)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+async def test_every_page_is_locked_checked_and_written_in_link_key_order(
+    conn: asyncpg.Connection, links: Links
+) -> None:
+    manifest = await plan(conn, links, links.keys)
+    steps: list[tuple[Phase, str]] = []
+    result = await apply(conn, manifest, lambda phase, key: steps.append((phase, key)))
+    assert result.status is RevalidationStatus.APPLIED
+    assert [k for p, k in steps if p is Phase.LOCKED] == links.keys
+    assert [k for p, k in steps if p is Phase.WRITTEN] == links.keys
+    for member, receipt in zip(manifest.members, result.receipts, strict=True):
+        row = await q.link_state_for_update(conn, member.link_key)
+        # The install's own fingerprints (REV-2 binds them to new_pack_install_id).
+        assert row is not None and row.mapping_fingerprint == member.new_mapping_fingerprint
+        assert link_row_digest(row) == receipt.after_row_digest
+    assert await q.operation_receipts(conn, "op-1") == list(result.receipts)
+
+
+async def test_a_conflict_on_the_last_page_rejects_the_members_of_the_first(
+    conn: asyncpg.Connection, links: Links
+) -> None:
+    manifest = await plan(conn, links, links.keys)
+    await insert_attempt(conn, links.old_pack, link_key=links.keys[-1])  # pending: occupies
+    before = await state(conn)
+    for entry in (validate, apply):
+        result = await entry(conn, manifest)
+        assert [(c.link_key, c.reason) for c in result.conflicts] == [
+            (links.keys[-1], ConflictReason.OCCUPIED)
+        ]
+    assert await state(conn) == before
+
+
+async def test_a_retry_across_pages_is_verify_only(conn: asyncpg.Connection, links: Links) -> None:
+    manifest = await plan(conn, links, links.keys)
+    applied = await apply(conn, manifest)
+    after = await state(conn)
+    again = await apply(conn, manifest)
+    assert again.status is RevalidationStatus.ALREADY_APPLIED
+    assert again.receipts == applied.receipts
+    assert await state(conn) == after
