@@ -103,10 +103,13 @@ def run_closing_temporal(main: Coroutine[Any, Any, T]) -> T:
 
 
 async def connect_best_effort(settings: RuntimeSettings) -> Client | None:
-    """A Temporal client, or None (after a warning) when the server does not answer soon."""
+    """A Temporal client, or None (after a warning) when the server does not answer soon.
+    Run the command's coroutine with `run_closing_temporal`."""
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            return await connect_temporal(settings)
+            # A runtime of its own, collected by `run_closing_temporal` (the default
+            # runtime lives until interpreter shutdown, where its exit can crash).
+            return await connect_temporal(settings, Runtime(telemetry=TelemetryConfig()))
     except Exception:  # any failure to connect: the relay covers the wake-up
         warn_deferred()
         return None

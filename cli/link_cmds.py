@@ -14,7 +14,13 @@ from rich.table import Table
 
 from cli import link_views
 from cli.database import AsJson, DatabaseUrl, connect_postgres, resolve_dsn
-from cli.entry import admission_pool, connect_best_effort, runtime_settings, warn_deferred
+from cli.entry import (
+    admission_pool,
+    connect_best_effort,
+    run_closing_temporal,
+    runtime_settings,
+    warn_deferred,
+)
 from cli.errors import fail
 from db import journal as journal_q
 from protocol.admission import AdmissionDecision, SaveRequest
@@ -124,7 +130,7 @@ def register(app: typer.Typer) -> None:
             source_record_id=record_id,
             originating_user_id=user,
         )
-        outcome = asyncio.run(_save(resolve_dsn(database_url), save))
+        outcome = run_closing_temporal(_save(resolve_dsn(database_url), save))
         decision = outcome.decision
         data = {**_DECISION.dump_python(decision, mode="json"), "wake": outcome.wake.value}
         if as_json:

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from temporalio.runtime import Runtime, TelemetryConfig
 
 from activities.packs import (
     ActivePack,
@@ -24,6 +25,7 @@ from activities.packs import (
 from activities.rate_limit import ensure_fairness_limit
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
+from cli.entry import run_closing_temporal
 from cli.errors import fail
 from db import packs as q
 from db.records import Conn
@@ -107,7 +109,7 @@ async def _set_rate_limits(rates: dict[str, float]) -> str:
         return "rate limits: TEMPORAL_ADDRESS is not set; the worker sets them at start"
     try:
         async with asyncio.timeout(RATE_LIMIT_SYNC_TIMEOUT_S):
-            client = await connect_temporal(settings)
+            client = await connect_temporal(settings, Runtime(telemetry=TelemetryConfig()))
             await ensure_fairness_limit(client, settings.task_queue)
     except Exception as exc:  # any failure leaves the apply standing: the worker retries
         reason = f"{type(exc).__name__}: {exc}"
@@ -151,7 +153,7 @@ def apply_command(
         _dsn(database_url), manifest, reinstall=reinstall, operator=operator, reason=reason
     )
     result, rates = asyncio.run(applied)
-    note = asyncio.run(_set_rate_limits(rates))
+    note = run_closing_temporal(_set_rate_limits(rates))
     if as_json:
         echo_json(result.model_dump(mode="json"))
     else:

@@ -28,7 +28,7 @@ from activities.packs import get_active_pack
 from activities.rate_limit import pack_change_listener
 from activities.save_entry import WakeStatus, admit_one, wake_best_effort
 from cli.database import AsJson, DatabaseUrl, bad_input, echo_json, resolve_dsn
-from cli.entry import admission_pool, connect_best_effort, runtime_settings
+from cli.entry import admission_pool, connect_best_effort, run_closing_temporal, runtime_settings
 from db import push as q
 from protocol.admission import ObservedActiveAttempt, Rejected, SaveRequest
 from protocol.identity import link_key
@@ -282,7 +282,7 @@ def register(app: typer.Typer) -> None:
         args = (owner_key, action_slot, user)
         try:
             with live or contextlib.nullcontext():
-                asyncio.run(
+                run_closing_temporal(
                     push(
                         resolve_dsn(database_url),
                         args,
