@@ -246,7 +246,9 @@ async def test_a_varied_batch_decides_and_writes_as_one_by_one(db_pool: asyncpg.
         "create_reserved",
         "source_deleted",
         "observed_active_attempt",
-        "create_reserved",
+        # A pending create under the rebound old slot is still live: a second create here
+        # could be a second object (GATE-1 + ID-6); retire it first.
+        "prior_ownership_uncertain",
         "patch_queued",
         "source_not_found",  # c-nowhere never existed (issue 13); c-deleted was deleted
         "no_trusted_slot",
