@@ -43,9 +43,12 @@ async def _entries(
 
 
 def _short(value: object) -> str:
-    """Digests, install ids and link keys to a recognisable prefix (`--json` has them whole)."""
+    """Digests and install ids to a recognisable prefix on a terminal (`--json` has them
+    whole); piped output keeps every value whole (issue 13: no truncation when piped)."""
     text = str(value)
-    return text if len(text) <= 24 else text[:16] + "…"
+    if not _stdout.is_terminal or len(text) <= 24:
+        return text
+    return text[:16] + "…"
 
 
 def _state(value: object) -> str:
@@ -67,7 +70,7 @@ def _print(records: list[AuditRecord]) -> None:
             r.recorded_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
             escape(r.operator),
             r.command.value,
-            escape(_short(r.link_key or "-")),
+            escape(r.link_key or "-"),  # whole: the key is what the next command takes
             escape(r.reason or "-"),
             escape(_state(r.state_before)),
             escape(_state(r.state_after) + f" ({r.outcome})"),
