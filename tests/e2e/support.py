@@ -28,6 +28,23 @@ async def eventually(
         await asyncio.sleep(interval_s)
 
 
+def eventually_sync(
+    probe: Callable[[], T],
+    until: Callable[[T], bool],
+    timeout_s: float = 30.0,
+    interval_s: float = 0.2,
+) -> T:
+    """`eventually` for tests that drive processes without an event loop."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if until(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s; last value: {value!r}")
+        time.sleep(interval_s)
+
+
 def wait_for_output(
     log: Path, text: str, process: subprocess.Popen[bytes], timeout_s: float
 ) -> str:

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import yaml
 
 from cli.stack.devconfig import DEFAULT_PATH, REPO_ROOT
 from cli.stack.process import free_ports, port_is_free
-from tests.e2e.support import wait_for_output
+from tests.e2e.support import eventually_sync, wait_for_output
 
 UP = "dev stack is up"
 
@@ -97,15 +96,14 @@ def kill_and_see_restart(config: Path, log: Path, process: subprocess.Popen[byte
 
 def poll_text(url: str, needle: str, timeout_s: float) -> str:
     """GET `url` until its body contains `needle` (the condition, not a fixed wait)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def body() -> str:
         try:
-            body = httpx.get(url, timeout=5).text
+            return httpx.get(url, timeout=5).text
         except httpx.HTTPError:
-            body = ""
-        if needle in body or time.monotonic() > deadline:
-            return body
-        time.sleep(0.5)
+            return ""
+
+    return eventually_sync(body, lambda text: needle in text, timeout_s, interval_s=0.5)
 
 
 def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> None:
@@ -147,13 +145,13 @@ def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> Non
 
 def first_exit(processes: list[subprocess.Popen[bytes]], timeout_s: float) -> int:
     """Index of the first process to exit (polled, bounded)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for index, process in enumerate(processes):
-            if process.poll() is not None:
-                return index
-        time.sleep(0.2)
-    raise AssertionError(f"no process exited within {timeout_s}s")
+
+    def exited() -> int | None:
+        return next((i for i, p in enumerate(processes) if p.poll() is not None), None)
+
+    index = eventually_sync(exited, lambda i: i is not None, timeout_s)
+    assert index is not None
+    return index
 
 
 def _one_line_refusal(process: subprocess.Popen[bytes], log: Path) -> str:
