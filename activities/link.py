@@ -24,8 +24,9 @@ from activities import remote
 from activities.attempt_drift import drift_refusal
 from activities.deferred import resolve_deferred
 from activities.evidence import attempt_recovery, owner_of_remote_id, record_try, retry_delay
-from activities.link_base import LinkActivityBase, fail, require_cas
+from activities.link_base import fail, require_cas
 from activities.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
+from activities.patch_dispatch import PatchDispatch
 from activities.record_store import PostgresRecordStore
 from activities.rows import link_view, request_of
 from db import journal as jq
@@ -91,18 +92,24 @@ _Plan = StepResult | _Send | _Lookup | ApplicationError
 log = logging.getLogger(__name__)
 
 
-class LinkActivities(LinkActivityBase):
+class LinkActivities(PatchDispatch):
     """The create path: claim, POST, finalize, mirror."""
 
     # -- dispatch ---------------------------------------------------------------
 
     @activity.defn
     async def dispatch_create(self, input: DispatchInput) -> StepResult:
-        """Claim and POST the pending create, or resume whatever a crash left behind."""
+        """Claim and POST the pending create, or resume whatever a crash left behind; on a
+        finalized link, send its queued PATCH instead."""
         plan = await self._plan(input.link_key)
         if isinstance(plan, ApplicationError):
             raise plan  # only now: the parked state it reports has committed
         if isinstance(plan, StepResult):
+            if _patch_is_next(plan):
+                # What the workflow's next activity would do, done in this one: a PATCH
+                # costs one billed activity, not two (issue 16, P8). Any retry of this
+                # activity plans afresh from Postgres and resumes the PATCH the same way.
+                return await self._dispatch_patch(input.link_key)
             return plan
         if isinstance(plan, _Lookup):
             return await self._recover_by_locator(input.link_key, plan)
@@ -471,3 +478,13 @@ class LinkActivities(LinkActivityBase):
                 "mirror compare-and-set conflict; retrying the mirror only", type="MirrorConflict"
             )
         return StepResult(kind=kind, view=view)
+
+
+def _patch_is_next(settled: StepResult) -> bool:
+    """A finalized link with queued PATCHes and no deferred create to wake first (those
+    the workflow wakes before it asks for the PATCH, LANE-2)."""
+    return (
+        settled.kind is StepKind.FINALIZED
+        and bool(settled.view.pending_patches)
+        and not settled.dependants
+    )

@@ -17,6 +17,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from db import link_search
 from db.records import Conn
 from protocol.identity import LINK_WORKFLOW_TYPE, link_workflow_id
+from protocol.link_versions import BORN_WITH
 from protocol.messages import LinkWorkflowInput, RecordSaved
 from protocol.rate_limit import RemoteBudgetResult
 from protocol.summary import LinkFacts, link_details, link_summary
@@ -55,10 +56,11 @@ async def signal_with_start(
     arg: BaseModel,
     facts: LinkFacts | None,
 ) -> None:
-    """Every start of a LinkWorkflow: its id (WF-1), summary and static attributes (OPS-1)."""
+    """Every start of a LinkWorkflow: its id (WF-1), summary and static attributes (OPS-1),
+    born with the changes this code knows (no patch markers, `protocol.link_versions`)."""
     await client.start_workflow(
         LINK_WORKFLOW_TYPE,
-        input,
+        input.model_copy(update={"patches": BORN_WITH}),
         id=link_workflow_id(input.link_key),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

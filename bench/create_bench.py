@@ -27,6 +27,7 @@ from bench.actions import billable_actions, total
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
 from bench.stack import DATABASE, BenchStack, bench_stack, record_id
 from db.pool import create_pool
+from db.records import Conn
 from protocol.admission import CreateReserved, PatchQueued, SaveRequest
 from protocol.identity import link_workflow_id
 from worker.crm import report_save
@@ -121,33 +122,33 @@ async def _xact_commits(stats: asyncpg.Connection) -> int:
     return int(value)
 
 
-async def _settled(stats: asyncpg.Connection) -> int:
-    """Backends flush their counters within about a second of going idle: wait for a
-    reading that holds still."""
-    last = await _xact_commits(stats)
-    while True:
-        await asyncio.sleep(1.2)
+# An idle backend's pending counters reach pg_stat_database within PGSTAT_IDLE_INTERVAL
+# (10 s) of its last transaction, or at once when it exits.
+IDLE_FLUSH_S = 11.0
+
+
+async def _settled(stats: asyncpg.Connection, hold_s: float = 1.2) -> int:
+    """A reading of the counters that has held still for `hold_s`."""
+    last, since = await _xact_commits(stats), time.monotonic()
+    while time.monotonic() - since < hold_s:
+        await asyncio.sleep(0.2)  # poll interval; the unchanged reading is the condition
         now = await _xact_commits(stats)
-        if now == last:
-            return now
-        last = now
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
 
 
-async def _wait_for(dsn: str, query: str, n: int) -> int:
+async def _wait_for(conn: Conn, query: str, n: int) -> int:
     """Poll `query` (a count) until it reaches `n`; returns how many polls (transactions).
     Bounded: a wake-up the CRM entry deferred to the relay (the bench runs none) would
     otherwise wait forever."""
-    conn = await asyncpg.connect(dsn)
     polls = 0
-    try:
-        async with asyncio.timeout(120 + n):
-            while True:
-                polls += 1
-                if await conn.fetchval(query) >= n:
-                    return polls
-                await asyncio.sleep(0.05)
-    finally:
-        await conn.close()
+    async with asyncio.timeout(120 + n):
+        while True:
+            polls += 1
+            if await conn.fetchval(query) >= n:
+                return polls
+            await asyncio.sleep(0.05)
 
 
 FINALIZED = "SELECT count(*) FROM connector_push_attempt WHERE status = 'finalized'"
@@ -166,40 +167,44 @@ async def create_round(client: Client, stack: BenchStack, first: int, n: int) ->
     and Postgres transactions per create over the same window."""
     stats = await asyncpg.connect(stack.admin_dsn)
     # Every connection is opened before the window: P2 counts the transactions a create
-    # costs, not the pool's warm-up (a connection's set-up runs statements of its own).
+    # costs, not a connection's set-up (a backend's start runs a transaction of its own),
+    # the pack change listener's LISTEN, the budget-rate cache's warm-up (as in `push`:
+    # read once, kept until a pack changes) or the worker's start.
     pool = await create_pool(stack.dsn, min_size=POOL_SIZE, max_size=POOL_SIZE)
     try:
-        # Likewise the per-process cache of budget rates: read once and kept until a pack
-        # changes, as in `push` (not a cost of each create).
         async with pack_change_listener(pool):
             await warm_budget_rates(pool)
-            before = await _settled(stats)
             try:
-                elapsed, polls, ids = await _creates(client, pool, stack.dsn, first, n)
+                async with (
+                    remote_http_client() as http,
+                    build_worker(client, pool, http, QUEUE),
+                    pool.acquire() as watcher,
+                ):
+                    before = await _settled(stats, hold_s=IDLE_FLUSH_S)
+                    elapsed, polls, ids = await _creates(client, pool, watcher, first, n)
             finally:
                 await pool.close()  # a closing backend flushes its counters at once
-        after = await _settled(stats)
+            after = await _settled(stats)  # before the listener's connection closes
     finally:
         await stats.close()
     return Round(n / elapsed, (after - before - polls) / n, ids)
 
 
 async def _creates(
-    client: Client, pool: asyncpg.Pool, dsn: str, first: int, n: int
+    client: Client, pool: asyncpg.Pool, watcher: Conn, first: int, n: int
 ) -> tuple[float, int, list[str]]:
-    """Seconds until N saves are finalized, the progress polls spent watching, and the
-    link workflows the saves woke."""
-    async with remote_http_client() as http, build_worker(client, pool, http, QUEUE):
-        started = time.monotonic()
+    """Seconds until N saves are finalized (the worker already polling), the progress
+    polls spent watching, and the link workflows the saves woke."""
+    started = time.monotonic()
 
-        async def save(i: int) -> object:
-            return await report_save(pool, client, QUEUE, _save(first + i))
+    async def save(i: int) -> object:
+        return await report_save(pool, client, QUEUE, _save(first + i))
 
-        decisions = await _bounded(n, save)
-        assert all(isinstance(d, CreateReserved) for d in decisions), decisions[:3]
-        polls = await _wait_for(dsn, FINALIZED, first + n)
-        keys = [d.reservation.link_key for d in decisions if isinstance(d, CreateReserved)]
-        return time.monotonic() - started, polls, [link_workflow_id(k) for k in keys]
+    decisions = await _bounded(n, save)
+    assert all(isinstance(d, CreateReserved) for d in decisions), decisions[:3]
+    polls = await _wait_for(watcher, FINALIZED, first + n)
+    keys = [d.reservation.link_key for d in decisions if isinstance(d, CreateReserved)]
+    return time.monotonic() - started, polls, [link_workflow_id(k) for k in keys]
 
 
 @asynccontextmanager
@@ -226,7 +231,8 @@ async def patch_round(client: Client, pool: asyncpg.Pool, dsn: str, n: int) -> N
 
     decisions = await _bounded(n, save)
     assert all(isinstance(d, PatchQueued) for d in decisions), decisions[:3]
-    await _wait_for(dsn, PATCHED, n)
+    async with pool.acquire() as watcher:
+        await _wait_for(watcher, PATCHED, n)
 
 
 # -- P8: billable actions --------------------------------------------------------------

@@ -37,6 +37,9 @@ class LinkWorkflowInput(Message):
     # PROF-3: the remote budget, when the starter knew it (the CRM entry does, from the
     # reservation); otherwise the run looks it up once before its first remote step.
     budget: RemoteBudgetResult | None = None
+    # The `workflow.patched` ids whose new path this run takes without a marker
+    # (`protocol.link_versions`); empty in histories recorded before the field existed.
+    patches: tuple[str, ...] = ()
 
 
 class LinkWorkflowResult(Message):

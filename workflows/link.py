@@ -31,6 +31,14 @@ with workflow.unsafe.imports_passed_through():
 
 from protocol.errors import NON_RETRYABLE_ERROR_TYPES
 from protocol.identity import link_workflow_id
+from protocol.link_versions import (
+    BORN_WITH,
+    BOUNDED_RUNS,
+    OPS_ATTRIBUTES,
+    PARKED_STAYS_OPEN,
+    REMOTE_BUDGET_PRIORITY,
+    VISIBLE_PATCH_AMBIGUITY,
+)
 from protocol.messages import (
     DispatchInput,
     EvidenceInput,
@@ -66,13 +74,6 @@ from workflows.refusals import activity_refusal, parse_input, refused
 IDLE_TIMEOUT = timedelta(minutes=10)
 ASSOCIATION_RECHECK = timedelta(seconds=60)
 MAX_STEPS_PER_WAKE = 20
-# workflow.patched ids: histories recorded before a change keep replaying.
-PARKED_STAYS_OPEN = "parked-link-stays-open"
-BOUNDED_RUNS = "bounded-runs"
-VISIBLE_PATCH_AMBIGUITY = "visible-patch-ambiguity"
-REMOTE_BUDGET_PRIORITY = "remote-budget-priority"
-# OPS-1: SourceRecordId / RemoteId / ParkReason, and upserts of changed values only.
-OPS_ATTRIBUTES = "ops-search-attributes"
 
 REMOTE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -105,6 +106,7 @@ class LinkWorkflow:
         budget = input.budget or (input.state.budget if input.state else None)
         self._budget: RemoteBudgetResult | None = budget
         self._priority: Priority | None = _priority_of(budget) if budget else None
+        self._born_with = frozenset(input.patches)
 
     @workflow.signal
     def record_saved(self, signal: RecordSaved) -> None:
@@ -131,14 +133,16 @@ class LinkWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._flush_attributes()  # the next run starts with them
                 workflow.continue_as_new(
-                    LinkWorkflowInput(link_key=input.link_key, state=self._next_state())
+                    LinkWorkflowInput(
+                        link_key=input.link_key, state=self._next_state(), patches=BORN_WITH
+                    )
                 )
             if not await self._wait_for_work():
                 return LinkWorkflowResult(link_key=input.link_key, reason="idle")
 
     async def _wait_for_work(self) -> bool:
         """True when woken (signal, or the LANE-2 re-check); False after an idle period."""
-        if self._parked and workflow.patched(PARKED_STAYS_OPEN):
+        if self._parked and self._patched(PARKED_STAYS_OPEN):
             # A parked link waits for its operator with no idle timeout, so the UI query
             # `NeedsOperator = true AND ExecutionStatus = "Running"` lists exactly the
             # links that need a person (a closed run's search attributes never change).
@@ -165,6 +169,11 @@ class LinkWorkflow:
             # Not running: the relay (or the next save) starts it; nothing is lost.
             with contextlib.suppress(FailureError):
                 await handle.signal(LinkWorkflow.record_saved, RecordSaved())
+
+    def _patched(self, patch_id: str) -> bool:
+        """`workflow.patched`, except for a change the run was born with: no marker, no
+        billed action (`protocol.link_versions`)."""
+        return patch_id in self._born_with or workflow.patched(patch_id)
 
     def _has_work(self) -> bool:
         return self._wake or bool(self._evidence)
@@ -200,7 +209,7 @@ class LinkWorkflow:
             return True  # the drain's original bound
         if not over and not workflow.info().is_continue_as_new_suggested():
             return False
-        return workflow.patched(BOUNDED_RUNS)
+        return self._patched(BOUNDED_RUNS)
 
     async def _retry_later(self, result: StepResult) -> None:
         """PROF-1: the remote said "not applied": wait in a timer, not in the retry budget."""
@@ -224,7 +233,7 @@ class LinkWorkflow:
                 DispatchInput(link_key=self._state.link_key),
                 start_to_close_timeout=REMOTE_ACTIVITY_START_TO_CLOSE,
                 retry_policy=REMOTE_RETRY,
-                summary="claim, POST and finalize the pending create",
+                summary="the pending create (claim, POST, finalize), else the queued PATCH",
                 priority=await self._remote_priority(),
             )
         )
@@ -246,7 +255,7 @@ class LinkWorkflow:
         knew it, else resolved once per run from Postgres."""
         if self._priority is None:
             self._priority = Priority.default
-            if workflow.patched(REMOTE_BUDGET_PRIORITY):
+            if self._patched(REMOTE_BUDGET_PRIORITY):
                 self._budget = await workflow.execute_local_activity_method(
                     RateLimitActivities.remote_budget,
                     RemoteBudgetInput(link_key=self._state.link_key),
@@ -302,7 +311,7 @@ class LinkWorkflow:
         remote may lag the record until a save converges it): listed for an operator."""
         if view.needs_operator:
             return True
-        return view.patch_outcome_unknown and workflow.patched(VISIBLE_PATCH_AMBIGUITY)
+        return view.patch_outcome_unknown and self._patched(VISIBLE_PATCH_AMBIGUITY)
 
     def _publish(self, view: LinkView) -> None:
         """Keep the query, the UI details and the WF-4 search attributes current."""
@@ -310,7 +319,7 @@ class LinkWorkflow:
         self._loaded = True
         self._parked = self._needs_operator(view)
         reason = park_reason(view) if self._parked else None
-        if workflow.patched(OPS_ATTRIBUTES):
+        if self._patched(OPS_ATTRIBUTES):
             # Upserted once the drain settles, not after every step: a create's passing
             # writeback_pending state never costs an upsert (each is a billed action).
             self._unflushed = sa.wanted_attributes(

@@ -78,7 +78,9 @@ async def _creates(stack: Stack, object_type: str) -> list[str | None]:
 
 
 async def _parked_ids(client: Client, key: str) -> list[str]:
-    query = f'NeedsOperator = true AND LinkKey = "{key}"'
+    # The operator's query (WF-4), narrowed to one key: earlier tests' closed runs of the
+    # same id keep their last attributes, so the status filter matters.
+    query = f'NeedsOperator = true AND ExecutionStatus = "Running" AND LinkKey = "{key}"'
     return [wf.id async for wf in client.list_workflows(query)]
 
 

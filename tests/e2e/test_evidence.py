@@ -393,12 +393,13 @@ async def test_the_crm_entry_starts_the_workflow_already_paced(stack: Stack) -> 
     given = LinkWorkflowInput.model_validate_json(payload.data)
     assert given.budget is not None and (given.budget.fairness_key or "").startswith("rb1_")
     markers = [
-        e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data
+        e.marker_recorded_event_attributes.marker_name
         for e in events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
     ]
-    # The only marker is OPS-1's attribute patch: no local budget look-up in this run.
-    assert all(b"remote-budget-priority" not in data for data in markers), markers
+    # No local budget look-up (a local-activity marker) in this run, and no patch marker
+    # either: it is born with its changes (`protocol.link_versions`).
+    assert markers == [], markers
     scheduled = [
         e.activity_task_scheduled_event_attributes
         for e in events

@@ -154,10 +154,10 @@ async def test_static_attributes_arrive_with_the_start_and_are_never_upserted(
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
     ]
-    # One upsert of the settled state (never the passing writeback_pending), plus the one
-    # the SDK makes for the patch marker (TemporalChangeVersion).
+    # One upsert of the settled state (never the passing writeback_pending); no
+    # TemporalChangeVersion: the run is born with its changes (`protocol.link_versions`).
     state = {"LinkState", "AttemptStatus", "RemoteId", "NeedsOperator"}
-    assert upserted == [{"TemporalChangeVersion"}, state], upserted
+    assert upserted == [state], upserted
     assert await (await handle.describe()).static_summary() == (
         "Contact c-001 → remote-contacts via push-contact (demo-owner)"
     )

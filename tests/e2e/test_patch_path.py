@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
 from activities.packs import apply_pack
@@ -114,6 +115,28 @@ async def test_save_after_finalize_patches_once_with_readable_fields(
         "SELECT fields->>'remote_id__c' FROM crm_record WHERE record_id = 'c-001'"
     )
     assert mirror == link["remote_id"]
+
+
+async def test_a_patch_costs_one_activity_on_a_finalized_link(stack: Stack) -> None:
+    """Issue 16 (P8 <= 3 per PATCH): the create step, finding the link finalized with a
+    queued PATCH, sends it in the same activity; the run schedules no second one."""
+    link = await finalized_contact(stack)
+    handle = stack.handle(link["link_key"])
+    await eventually(
+        handle.describe, lambda d: not d.raw_description.HasField("pending_workflow_task")
+    )
+    before = [e.event_type async for e in handle.fetch_history_events()]
+    await set_field(stack.pool, "Contact", "c-001", "FirstName", "Ada")
+    assert isinstance(await stack.push("c-001"), PatchQueued)
+    rows = await settled(stack, link["link_key"])
+    assert [r["status"] for r in rows] == ["succeeded"] and len(await patches(stack)) == 1
+    await eventually(
+        handle.describe, lambda d: not d.raw_description.HasField("pending_workflow_task")
+    )
+    after = [e.event_type async for e in handle.fetch_history_events()][len(before) :]
+    scheduled = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED in after
+    assert after.count(scheduled) == 1, after
 
 
 async def test_rapid_saves_coalesce_into_at_most_two_patches(
