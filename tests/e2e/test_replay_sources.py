@@ -35,6 +35,32 @@ async def test_happy_path_then_patch(stack: Stack) -> None:
     await keep_history(stack.handle(key), "happy_path_then_patch")
 
 
+async def test_born_patched_create_then_patch_in_one_activity(stack: Stack) -> None:
+    """Issue 16: a run born with its changes (no patch markers) whose PATCH is sent by the
+    create step's activity; the older shape stays in happy_path_then_patch."""
+    key = contact_key("c-003")
+    await stack.push("c-003")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    await stack.pool.execute(
+        'UPDATE crm_record SET fields = fields || \'{"FirstName": "Ida"}\'::jsonb '
+        "WHERE record_id = 'c-003'"
+    )
+    await stack.push("c-003")
+    await eventually(
+        lambda: stack.pool.fetchval(
+            "SELECT count(*) FROM connector_patch_dispatch WHERE link_key = $1 "
+            "AND status = 'succeeded'",
+            key,
+        ),
+        lambda n: n == 1,
+    )
+    handle = stack.handle(key)
+    await eventually(
+        handle.describe, lambda d: not d.raw_description.HasField("pending_workflow_task")
+    )
+    await keep_history(handle, "born_patched_create_then_patch")
+
+
 async def test_ambiguous_then_reconcile(stack: Stack) -> None:
     await stack.push("c-002")
     await eventually(

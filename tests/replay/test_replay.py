@@ -27,6 +27,7 @@ def test_histories_are_committed() -> None:
     names = {path.stem for path in HISTORIES}
     assert {
         "happy_path_then_patch",
+        "born_patched_create_then_patch",  # no patch markers; the PATCH in the create step
         "ambiguous_then_reconcile",  # recorded before parked links stayed open (patched)
         "ambiguous_then_reconcile_parked_open",
         "parked_then_reconciled_from_ui_json",  # OPS-1 attributes, lenient update input
