@@ -278,17 +278,12 @@ class LinkActivities(PatchDispatch):
 
     async def _send(self, key: str, plan: _Send) -> StepResult:
         await self._hooks.before_checkpoint(plan.attempt_id)
-        journal_id = plan.journal_id
-        if journal_id is None:
-            async with self._pool.acquire() as conn:
-                journal_id = await jq.checkpoint_attempt(conn, plan.attempt_id, plan.token)
-                if journal_id is None:
-                    # Another claim owns the row (this try outlived its timeout): send nothing.
-                    raise fail(
-                        E.TRANSITION_CONFLICT,
-                        "claim lost before remote I/O; sent nothing",
-                        await self._view(conn, key),
-                    )
+        journal_id = await self._fenced(
+            key,
+            plan.journal_id,
+            lambda conn: jq.checkpoint_attempt(conn, plan.attempt_id, plan.token),
+            "claim lost before remote I/O; sent nothing",
+        )
         activity.heartbeat()
         request = plan.request
         obs = await remote.send(

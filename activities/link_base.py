@@ -4,7 +4,7 @@ transactions and the durable view each step returns."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import asyncpg
@@ -19,6 +19,9 @@ from db import links as q
 from db.records import Conn
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import LinkView, StepKind, StepResult
+
+# Writes a try's checkpoint and journal row under its claim; None: another claim owns it.
+Checkpoint = Callable[[Conn], Awaitable[int | None]]
 
 _tracer = trace.get_tracer(__name__)
 log = logging.getLogger(__name__)
@@ -50,6 +53,20 @@ class LinkActivityBase:
         self._pool = pool
         self._http = http
         self._hooks = hooks or DispatchHooks()
+
+    async def _fenced(
+        self, key: str, journal_id: int | None, checkpoint: Checkpoint, lost: str
+    ) -> int:
+        """REC-1: this try's journal row, writing the checkpoint first unless the claim
+        already wrote it; another claim owning the row (this try outlived its timeout)
+        is a non-retryable conflict, `lost` its message: nothing is sent."""
+        if journal_id is not None:
+            return journal_id
+        async with self._pool.acquire() as conn:
+            journal_id = await checkpoint(conn)
+            if journal_id is None:
+                raise fail(E.TRANSITION_CONFLICT, lost, await self._view(conn, key))
+        return journal_id
 
     @asynccontextmanager
     async def _tx(self, key: str) -> AsyncIterator[Conn]:

@@ -10,11 +10,10 @@ from pydantic import JsonValue
 from temporalio import activity
 
 from activities import remote
-from activities.link_base import LinkActivityBase, fail
+from activities.link_base import LinkActivityBase
 from activities.patch import PatchSend, plan_patch, record_outcome
 from db import journal as jq
 from db import links as q
-from protocol.errors import ActivityErrorType as E
 from protocol.messages import StepKind, StepResult
 from protocol.outcome import (
     PatchConflict,
@@ -38,16 +37,12 @@ class PatchDispatch(LinkActivityBase):
             plan = await plan_patch(conn, key)
             if plan is None:
                 return await self._settled(conn, key)
-        journal_id = plan.journal_id
-        if journal_id is None:
-            async with self._pool.acquire() as conn:
-                journal_id = await jq.checkpoint_patch(conn, plan.patch_id, plan.token)
-                if journal_id is None:
-                    raise fail(
-                        E.TRANSITION_CONFLICT,
-                        "PATCH claim lost; sent nothing",
-                        await self._view(conn, key),
-                    )
+        journal_id = await self._fenced(
+            key,
+            plan.journal_id,
+            lambda conn: jq.checkpoint_patch(conn, plan.patch_id, plan.token),
+            "PATCH claim lost; sent nothing",
+        )
         activity.heartbeat()
         obs = await remote.send(
             self._http, "PATCH", plan.contract, plan.path, plan.headers, plan.body

@@ -45,12 +45,13 @@ from cli.stack.process import stop_process
 from db.pool import create_pool
 from protocol.admission import CreateReserved, SaveRequest
 from protocol.rate_limit import RemoteBudgetResult
+from worker.settings import MAX_CACHED_WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "connector-push-bench-parked"
 CONCURRENCY = 50
 PARKED_QUERY = 'NeedsOperator = true AND ExecutionStatus = "Running"'
-DEFAULT_CACHE = 1000  # the worker's default sticky cache (temporalio's max_cached_workflows)
+DEFAULT_CACHE = MAX_CACHED_WORKFLOWS  # the worker's default sticky cache
 PARK = """
 UPDATE connector_push_attempt
 SET status = 'terminal_failed', last_error = 'bench P5: parked for an operator'

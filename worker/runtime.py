@@ -19,9 +19,11 @@ from activities.rate_limit import current_budget_rates, ensure_fairness_limit
 from protocol.timeouts import REMOTE_HTTP_TIMEOUT, WORKER_GRACEFUL_SHUTDOWN
 from worker import registry
 from worker.failures import DATA_CONVERTER, is_configured
+from worker.settings import MAX_CACHED_WORKFLOWS
 from workflows import search_attributes
 
 log = logging.getLogger(__name__)
+
 
 # Pure or I/O-bound modules that workflow code references but never runs inside the
 # sandbox: passing them through is configured here once (STYLE rule 5).
@@ -69,7 +71,7 @@ def build_worker(
     workflows: Sequence[type] | None = None,
     hooks: DispatchHooks | None = None,
     graceful_shutdown: timedelta = WORKER_GRACEFUL_SHUTDOWN,
-    max_cached_workflows: int = 1000,
+    max_cached_workflows: int = MAX_CACHED_WORKFLOWS,
 ) -> Worker:
     """The worker; `graceful_shutdown` is shortened only by tests that simulate a crash."""
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)

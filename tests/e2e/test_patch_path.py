@@ -143,19 +143,21 @@ async def test_rapid_saves_coalesce_into_at_most_two_patches(
     stack: Stack, remote: BackgroundSandbox
 ) -> None:
     link = await finalized_contact(stack)
-    # Hold the first PATCH in flight so later saves coalesce into one queued PATCH.
+    # Hold the first PATCH in flight so later saves coalesce into one queued PATCH (long
+    # enough for all 20 saves: the PATCH now leaves one activity sooner, issue 16).
     await stack.sandbox.add_fault(
         FaultRuleSpec(
             method="PATCH",
             path="/crm/v3/objects/contacts/*",
             action="delay_ms",
-            delay_ms=700,
+            delay_ms=3000,
             nth=1,
         )
     )
     for i in range(20):
         await set_field(stack.pool, "Contact", "c-001", "FirstName", f"v{i}")
         assert isinstance(await stack.push("c-001"), PatchQueued)
+    assert await patches(stack) == []  # the premise: every save came while the first was held
     await settled(stack, link["link_key"])
     await eventually(
         lambda: remote_object(remote, "contacts", link["remote_id"]),

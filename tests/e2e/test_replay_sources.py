@@ -19,11 +19,7 @@ from tests.replay.record import keep_history
 from workflows.link import LinkWorkflow
 
 
-async def test_happy_path_then_patch(stack: Stack) -> None:
-    key = contact_key("c-001")
-    await stack.push("c-001")
-    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
-    await stack.push("c-001")
+async def _one_patch_succeeded(stack: Stack, key: str) -> None:
     await eventually(
         lambda: stack.pool.fetchval(
             "SELECT count(*) FROM connector_patch_dispatch WHERE link_key = $1 "
@@ -32,6 +28,14 @@ async def test_happy_path_then_patch(stack: Stack) -> None:
         ),
         lambda n: n == 1,
     )
+
+
+async def test_happy_path_then_patch(stack: Stack) -> None:
+    key = contact_key("c-001")
+    await stack.push("c-001")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    await stack.push("c-001")
+    await _one_patch_succeeded(stack, key)
     await keep_history(stack.handle(key), "happy_path_then_patch")
 
 
@@ -46,14 +50,7 @@ async def test_born_patched_create_then_patch_in_one_activity(stack: Stack) -> N
         "WHERE record_id = 'c-003'"
     )
     await stack.push("c-003")
-    await eventually(
-        lambda: stack.pool.fetchval(
-            "SELECT count(*) FROM connector_patch_dispatch WHERE link_key = $1 "
-            "AND status = 'succeeded'",
-            key,
-        ),
-        lambda n: n == 1,
-    )
+    await _one_patch_succeeded(stack, key)
     handle = stack.handle(key)
     await eventually(
         handle.describe, lambda d: not d.raw_description.HasField("pending_workflow_task")
