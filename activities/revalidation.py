@@ -197,11 +197,13 @@ async def _write(
         await q.insert_receipts(conn, receipts[start : start + PAGE])
         who = (manifest.approval.approved_by, manifest.approval.reason)
         moved = await q.move_links_mapping(conn, [m for m, _ in page], manifest.operation_id, who)
-        for (member, lock), receipt in zip(page, receipts[start : start + PAGE], strict=True):
+        for member, lock in page:
             assert lock.row is not None  # decide applies only when every row exists
             expected = after_state(lock.row, member, manifest.operation_id)
             _check_moved(member.link_key, moved.get(member.link_key), expected)
-            await audit_q.append(conn, _audit_entry(manifest, receipt))
+        entries = [_audit_entry(manifest, r) for r in receipts[start : start + PAGE]]
+        await audit_q.append_many(conn, entries)
+        for member, _ in page:
             on_step(Phase.WRITTEN, member.link_key)
 
 
