@@ -126,6 +126,7 @@ async def _produced_fingerprints(
 ) -> dict[str, InstallFingerprints | None]:
     """Each member's new fingerprints recomputed from its `new_pack_install_id` (item 6)."""
     packs: dict[str, PackManifest | None] = {}
+    slots: SlotFingerprints = {}
     produced: dict[str, InstallFingerprints | None] = {}
     for member, lock in zip(members, locked, strict=True):
         install = member.new_pack_install_id
@@ -133,7 +134,7 @@ async def _produced_fingerprints(
             packs[install] = await _install_manifest(conn, install)
         pack = packs[install]
         if lock.row is not None and pack is not None:
-            produced[member.link_key] = install_fingerprints(pack, install, lock.row)
+            produced[member.link_key] = slot_fingerprints(slots, pack, install, lock.row)
     return produced
 
 
@@ -145,6 +146,21 @@ async def _install_manifest(conn: Conn, pack_install_id: str) -> PackManifest | 
         return parse_pack_manifest(install.manifest)
     except ManifestInvalid:
         return None
+
+
+# What an install produces depends on the install and the row's two slot ids only; a bulk
+# manifest has thousands of members per slot, so it is resolved once per slot (issue 16 P4).
+SlotFingerprints = dict[tuple[str, str, str], InstallFingerprints | None]
+
+
+def slot_fingerprints(
+    cache: SlotFingerprints, pack: PackManifest, install_id: str, row: LinkRowState
+) -> InstallFingerprints | None:
+    """`install_fingerprints`, remembered in `cache` by (install, action, destination slot)."""
+    slot = (install_id, row.action_slot_id, row.destination_slot_id)
+    if slot not in cache:
+        cache[slot] = install_fingerprints(pack, install_id, row)
+    return cache[slot]
 
 
 def install_fingerprints(
@@ -279,7 +295,10 @@ async def plan(conn: Conn, request: PlanRequest) -> RevalidationManifest:
     except ManifestInvalid as error:
         raise PlanError(f"install {install.pack_install_id}: {error}") from error
     rows = await _planned_rows(conn, request, pack.connector_owner_key)
-    members = [_member(pack, install.pack_install_id, row) for row in rows]
+    install_id = install.pack_install_id
+    slots: SlotFingerprints = {}
+    members = [_member(slot_fingerprints(slots, pack, install_id, row), install_id, row)
+               for row in rows]  # fmt: skip
     moving = [m for m in members if not m.changes_nothing]
     if request.link_keys is not None and len(moving) != len(members):
         idle = sorted({m.link_key for m in members} - {m.link_key for m in moving})
@@ -302,8 +321,9 @@ async def _planned_rows(conn: Conn, request: PlanRequest, owner: str) -> list[Li
     return rows
 
 
-def _member(pack: PackManifest, install_id: str, row: LinkRowState) -> RevalidationMember:
-    produced = install_fingerprints(pack, install_id, row)
+def _member(
+    produced: InstallFingerprints | None, install_id: str, row: LinkRowState
+) -> RevalidationMember:
     if produced is None:
         raise PlanError(f"{row.link_key}: action slot {row.action_slot_id!r} is not in the pack")
     try:
