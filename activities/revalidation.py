@@ -36,7 +36,6 @@ from protocol.revalidation import (
     RevalidationMember,
     RevalidationReceipt,
     RevalidationResult,
-    after_state,
     build_manifest,
     decide_bound,
     plan_member,
@@ -88,9 +87,9 @@ async def apply(
     decision: Decision
     try:
         async with conn.transaction():
-            decision, locked = await _lock_and_decide(conn, manifest, on_step)
+            decision, versions = await _lock_and_decide(conn, manifest, on_step)
             if isinstance(decision, Apply):
-                await _write(conn, manifest, decision, locked, on_step)
+                await _write(conn, manifest, decision, versions, on_step)
     except _CasLost as lost:
         decision = Rejected(conflicts=(lost.conflict,))
     return result_of(manifest, decision, applied=True)
@@ -103,22 +102,24 @@ PAGE = 1000
 
 async def _lock_and_decide(
     conn: Conn, manifest: RevalidationManifest, on_step: OnStep
-) -> tuple[Decision, list[LockedMember]]:
+) -> tuple[Decision, dict[str, int]]:
+    """The decision, and the row_version each existing member's row was read at."""
     # Members are sorted by link key (invariant 1), and each page locks its links, then
     # their rows, then their occupancy keys, each set in link-key order: every row or
     # occupancy lock of a link is taken after its link lock, which every transaction
     # takes in link-key order, so two revalidations (or one and a save) cannot deadlock.
     keys = [member.link_key for member in manifest.members]
     locked: list[LockedMember] = []
+    versions: dict[str, int] = {}
     for start in range(0, len(keys), PAGE):
-        page = await _lock_page(conn, keys[start : start + PAGE])
+        page = await _lock_page(conn, keys[start : start + PAGE], versions)
         locked.extend(page)
         for member in page:
             on_step(Phase.LOCKED, member.link_key)
     # Read after the locks: a concurrent apply of this operation has committed by now.
     receipts = await q.operation_receipts(conn, manifest.operation_id)
     produced = await _produced_fingerprints(conn, manifest.members, locked)
-    return decide_bound(manifest, locked, receipts, produced), locked
+    return decide_bound(manifest, locked, receipts, produced), versions
 
 
 async def _produced_fingerprints(
@@ -176,11 +177,14 @@ def install_fingerprints(
     )
 
 
-async def _lock_page(conn: Conn, keys: list[str]) -> list[LockedMember]:
+async def _lock_page(conn: Conn, keys: list[str], versions: dict[str, int]) -> list[LockedMember]:
+    """Lock and read one page of members, adding their rows' versions to `versions`."""
     await q.lock_link_keys(conn, keys)
-    rows = await q.link_states_for_update(conn, keys)
+    read = await q.link_states_for_update(conn, keys)
     await q.lock_occupancy_keys(conn, keys)
     occupying = await q.occupying_attempts(conn, keys)
+    rows = {key: locked.state for key, locked in read.items()}
+    versions.update((key, locked.version) for key, locked in read.items())
     pointers = {
         key: row.last_mapping_revalidation_operation_id
         for key, row in rows.items()
@@ -202,31 +206,33 @@ async def _write(
     conn: Conn,
     manifest: RevalidationManifest,
     decision: Apply,
-    locked: list[LockedMember],
+    versions: dict[str, int],
     on_step: OnStep,
 ) -> None:
-    members = list(zip(manifest.members, locked, strict=True))
-    receipts = list(decision.receipts)
+    members, receipts = manifest.members, decision.receipts
+    who = (manifest.approval.approved_by, manifest.approval.reason)
     for start in range(0, len(members), PAGE):
-        page = members[start : start + PAGE]
+        page = list(members[start : start + PAGE])
         # The receipts first: the links' new pointers reference them.
-        await q.insert_receipts(conn, receipts[start : start + PAGE])
-        who = (manifest.approval.approved_by, manifest.approval.reason)
-        moved = await q.move_links_mapping(conn, [m for m, _ in page], manifest.operation_id, who)
-        for member, lock in page:
-            assert lock.row is not None  # decide applies only when every row exists
-            expected = after_state(lock.row, member, manifest.operation_id)
-            _check_moved(member.link_key, moved.get(member.link_key), expected)
+        await q.insert_receipts(conn, list(receipts[start : start + PAGE]))
+        # decide applies only when every member's row exists, so each has its version.
+        read_at = [versions[member.link_key] for member in page]
+        moved = await q.move_links_mapping(conn, page, read_at, manifest.operation_id, who)
+        for member in page:
+            _check_moved(member.link_key, moved.get(member.link_key))
         entries = [_audit_entry(manifest, r) for r in receipts[start : start + PAGE]]
         await audit_q.append_many(conn, entries)
-        for member, _ in page:
+        for member in page:
             on_step(Phase.WRITTEN, member.link_key)
 
 
-def _check_moved(link_key: str, moved: LinkRowState | None, expected: LinkRowState) -> None:
-    """The returned row is the after-state its receipt's digest was computed from."""
-    if moved is None or moved != expected:
-        detail = "row changed under its lock" if moved else "compare-and-set matched no row"
+def _check_moved(link_key: str, as_planned: bool | None) -> None:
+    """The moved row is the after-state its receipt's digest was computed from: the tuple
+    read under the lock (same row_version), with only the planned values moved."""
+    if not as_planned:
+        detail = (
+            "compare-and-set matched no row" if as_planned is None else "row changed under its lock"
+        )
         raise _CasLost(Conflict(link_key=link_key, reason=ConflictReason.CAS_LOST, detail=detail))
 
 

@@ -314,8 +314,19 @@ def link_row_digest(row: LinkRowState) -> str:
     return digest({"algorithm": ROW_DIGEST_ALGORITHM, "row": vars(row)})
 
 
+# The digested columns a revalidation moves (`after_state`); every other one stays as it was.
+MOVED_COLUMNS: Final = frozenset(
+    {
+        "mapping_fingerprint",
+        "body_fingerprint",
+        "last_validated_pack_install_id",
+        "last_mapping_revalidation_operation_id",
+    }
+)
+
+
 def after_state(row: LinkRowState, member: RevalidationMember, operation_id: str) -> LinkRowState:
-    """The row once this member's transition is applied (only these four columns move)."""
+    """The row once this member's transition is applied (only `MOVED_COLUMNS` move)."""
     return row.model_copy(
         update={
             "mapping_fingerprint": member.new_mapping_fingerprint,

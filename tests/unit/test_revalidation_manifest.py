@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from protocol.revalidation import (
+    MOVED_COLUMNS,
     AlreadyApplied,
     Apply,
     Approval,
@@ -237,6 +238,14 @@ def test_an_unchanged_unoccupied_manifest_applies_with_one_receipt_per_member() 
         hex64("m2"),
     )
     assert first.previous_operation_id is None and first.approval_digest == m.approval_digest
+
+
+def test_after_state_moves_exactly_the_moved_columns() -> None:
+    before = row(1)
+    after = after_state(before, manifest(before).members[0], "op-1")
+    assert {f for f in LinkRowState.model_fields if getattr(after, f) != getattr(before, f)} == (
+        MOVED_COLUMNS
+    )
 
 
 @pytest.mark.parametrize(
