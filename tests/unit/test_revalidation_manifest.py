@@ -154,6 +154,10 @@ def _set_approval(field: str, value: str) -> Callable[[Doc], None]:
         pytest.param(_set_member("new_mapping_fingerprint", hex64("x").upper()), id="hex-case"),
         pytest.param(_set_member("new_pack_install_id", NEW_PACK.upper()), id="uuid-case"),
         pytest.param(_set_member("link_key", key(1) + " "), id="link-key-padded"),
+        # The shapes are anchored at the very end: no trailing newline slips through.
+        pytest.param(_set_member("expected_row_digest", hex64("x") + "\n"), id="hex-newline"),
+        pytest.param(lambda d: d.update(operation_id="op-1\n"), id="operation-id-newline"),
+        pytest.param(_set_member("old_pack_install_id", "x" + NEW_PACK), id="uuid-prefixed"),
         pytest.param(lambda d: d.update(body_fingerprint_algorithm=" v1"), id="algorithm"),
     ],
 )
