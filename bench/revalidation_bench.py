@@ -126,6 +126,60 @@ async def seed(conn: asyncpg.Connection, n: int) -> str:
     return (await apply_pack(conn, _pack(drop_phone=True))).pack_install_id
 
 
+# The writes apply cannot do without, each one set-based statement over every link with
+# no lock, read-back or Python in between: a receipt, the link's move onto it (with the
+# same foreign-key checks as apply's) and an audit entry each. Timed on the same server
+# after apply, then rolled back: P4_floor_per_s is the apply rate Postgres itself allows
+# here (NF-3: a baseline from the same run).
+FLOOR_STATEMENTS = {
+    "receipts": """
+        INSERT INTO connector_link_revalidation_receipt (
+            operation_id, link_key, manifest_digest, approval_digest,
+            mapping_fingerprint_algorithm, body_fingerprint_algorithm, old_mapping_fingerprint,
+            new_mapping_fingerprint, old_body_fingerprint, new_body_fingerprint,
+            old_pack_install_id, new_pack_install_id, previous_operation_id,
+            before_row_digest, after_row_digest)
+        SELECT 'p4-floor', link_key, mapping_fingerprint, body_fingerprint, 'a', 'b',
+            mapping_fingerprint, body_fingerprint, body_fingerprint, mapping_fingerprint,
+            last_validated_pack_install_id, last_validated_pack_install_id, NULL,
+            mapping_fingerprint, body_fingerprint
+        FROM connector_remote_link
+    """,
+    "update": """
+        UPDATE connector_remote_link
+        SET mapping_fingerprint = body_fingerprint, body_fingerprint = mapping_fingerprint,
+            last_validated_pack_install_id = created_pack_install_id,
+            last_mapping_revalidation_operation_id = 'p4-floor', last_operator = 'p4-floor'
+    """,
+    "audit": """
+        INSERT INTO connector_operator_audit
+            (operator, reason, command, link_key, arguments, state_before, state_after, outcome)
+        SELECT 'bench', 'p4-floor', 'revalidate-apply', link_key,
+            jsonb_build_object('operation_id', 'p4-floor', 'manifest_digest', mapping_fingerprint),
+            jsonb_build_object('mapping_fingerprint', mapping_fingerprint),
+            jsonb_build_object('mapping_fingerprint', body_fingerprint), 'p4-floor'
+        FROM connector_remote_link
+    """,
+}
+
+
+async def floor(conn: asyncpg.Connection, n: int) -> dict[str, float]:
+    """Seconds per floor statement, and P4_floor_per_s (n over their sum)."""
+    seconds: dict[str, float] = {}
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        for name, statement in FLOOR_STATEMENTS.items():
+            started = time.monotonic()
+            await conn.execute(statement)
+            seconds[name] = time.monotonic() - started
+    finally:
+        await transaction.rollback()
+    parts = ", ".join(f"{name} {s:.2f} s" for name, s in seconds.items())
+    log(f"P4 floor (bare writes, rolled back): {parts}, {n / sum(seconds.values()):,.0f} links/s")
+    return {"P4_floor_per_s": round(n / sum(seconds.values()))}
+
+
 async def _timed(phase: str, n: int, work: Any) -> tuple[Any, float]:
     started = time.monotonic()
     result = await work
@@ -184,6 +238,7 @@ async def measure(n: int) -> dict[str, float]:
             receipts = await conn.fetchval(
                 "SELECT count(*) FROM connector_link_revalidation_receipt"
             )
+            floors = await floor(conn, n)
         finally:
             await conn.close()
     assert validated is RevalidationStatus.VALIDATED, validated
@@ -193,6 +248,7 @@ async def measure(n: int) -> dict[str, float]:
         "P4_plan_per_s": round(n / plan_s),
         "P4_validate_per_s": round(n / validate_s),
         "P4_apply_per_s": round(n / apply_s),
+        **floors,
         "P4_n": n,
         "P4_load_1m": round(os.getloadavg()[0], 2),  # the machine is shared: say how busy
     }
@@ -204,7 +260,8 @@ async def run_revalidation_bench(n: int = 100_000, write: bool = True) -> dict[s
     print(
         f"P4 = {results['P4']:,} links/s validate + apply (target >= 20,000); "
         f"plan {results['P4_plan_per_s']:,}/s, validate {results['P4_validate_per_s']:,}/s, "
-        f"apply {results['P4_apply_per_s']:,}/s over {n:,} links (load {one:.1f}, {five:.1f})"
+        f"apply {results['P4_apply_per_s']:,}/s over {n:,} links (load {one:.1f}, {five:.1f}); "
+        f"Postgres floor for apply's writes {results['P4_floor_per_s']:,}/s"
     )
     if write:
         record(results)

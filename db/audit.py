@@ -7,6 +7,7 @@ appends inside the transaction of the action it records.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
@@ -15,10 +16,18 @@ from asyncpg import Record
 from db.records import Conn
 from protocol.audit import AuditEntry, AuditRecord
 
+# One statement for any number of entries (a bulk action appends a page at once, issue 16
+# P4); audit ids follow the order of the entries.
 INSERT_AUDIT: Final = """
 INSERT INTO connector_operator_audit
     (operator, reason, command, link_key, arguments, state_before, state_after, outcome)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7::jsonb, $8)
+SELECT operator, reason, command, link_key, arguments, state_before, state_after, outcome
+FROM unnest(
+    $1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::jsonb[],
+    $8::text[]
+) WITH ORDINALITY
+    AS e (operator, reason, command, link_key, arguments, state_before, state_after, outcome, n)
+ORDER BY n
 """
 
 SELECT_AUDIT: Final = """
@@ -38,16 +47,21 @@ def _json_or_null(value: object) -> str | None:
 
 async def append(conn: Conn, entry: AuditEntry) -> None:
     """Append one entry in the caller's transaction."""
+    await append_many(conn, [entry])
+
+
+async def append_many(conn: Conn, entries: Sequence[AuditEntry]) -> None:
+    """Append `entries`, in order, in the caller's transaction: one statement."""
     await conn.execute(
         INSERT_AUDIT,
-        entry.operator,
-        entry.reason,
-        entry.command.value,
-        entry.link_key,
-        json.dumps(entry.arguments, sort_keys=True),
-        _json_or_null(entry.state_before),
-        _json_or_null(entry.state_after),
-        entry.outcome,
+        [e.operator for e in entries],
+        [e.reason for e in entries],
+        [e.command.value for e in entries],
+        [e.link_key for e in entries],
+        [json.dumps(e.arguments, sort_keys=True) for e in entries],
+        [_json_or_null(e.state_before) for e in entries],
+        [_json_or_null(e.state_after) for e in entries],
+        [e.outcome for e in entries],
     )
 
 

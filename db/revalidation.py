@@ -9,13 +9,18 @@ local records, nor anything remote (REV-3).
 from __future__ import annotations
 
 import json
-import uuid
-from typing import Final
+from typing import Final, NamedTuple
 
 from asyncpg import Record
 
 from db.records import Conn
-from protocol.revalidation import LinkRowState, RevalidationMember, RevalidationReceipt
+from protocol.revalidation import (
+    MOVED_COLUMNS,
+    ROW_DIGEST_EXCLUDED_COLUMNS,
+    LinkRowState,
+    RevalidationMember,
+    RevalidationReceipt,
+)
 
 # The LinkRowState columns, uuids as text and the profile snapshot as JSON text.
 _LINK_STATE: Final = """
@@ -73,9 +78,10 @@ SELECT pg_advisory_xact_lock(hashtextextended('occupancy:' || k, 7))
 FROM unnest($1::text[]) AS k ORDER BY k COLLATE "C"
 """
 
-# Row locks are taken in the sorted order too (the lock step runs above the sort).
+# Row locks are taken in the sorted order too (the lock step runs above the sort). The
+# row_version (bumped by every UPDATE of the link) is what the move compares-and-sets on.
 SELECT_LINKS_FOR_UPDATE: Final = f"""
-SELECT {_LINK_STATE} FROM connector_remote_link
+SELECT {_LINK_STATE}, row_version FROM connector_remote_link
 WHERE link_key = ANY($1::text[]) ORDER BY link_key COLLATE "C" FOR UPDATE
 """
 
@@ -112,10 +118,14 @@ SELECT * FROM unnest(
 )
 """
 
-# Compare-and-set per member: the row must still be finalized with exactly the old
-# tuple and the expected pointer; the receipt named by the new pointer must already
-# exist. A member whose row does not match is simply not returned.
-MOVE_LINKS_MAPPING: Final = f"""
+# Compare-and-set per member on the exact tuple read under its lock: its row_version
+# (touch_versioned_row bumps it on every UPDATE, so no write of any kind came between), and
+# still finalized with the old tuple and the expected pointer; the receipt named by the new
+# pointer must already exist. A member whose row does not match is simply not returned.
+# `as_planned` says the moved row is that tuple with exactly the planned values in the
+# moved columns: every other column outside $13 (the moved and the digest-excluded ones)
+# is as it was, so no trigger rewrote a digested column on the way.
+MOVE_LINKS_MAPPING: Final = """
 UPDATE connector_remote_link
 SET mapping_fingerprint = m.new_mapping, body_fingerprint = m.new_body,
     last_validated_pack_install_id = m.new_install,
@@ -123,19 +133,27 @@ SET mapping_fingerprint = m.new_mapping, body_fingerprint = m.new_body,
     last_operator = $10, last_operator_reason = $11, last_operator_at = now()
 FROM unnest(
     $1::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], $7::text[], $8::uuid[],
-    $9::text[]
+    $9::text[], $12::bigint[]
 ) AS m (member_key, new_mapping, new_body, new_install, old_mapping, old_body, old_install,
-        expected_operation)
-WHERE link_key = m.member_key AND status = 'finalized'
+        expected_operation, read_version)
+WHERE link_key = m.member_key AND row_version = m.read_version AND status = 'finalized'
   AND mapping_fingerprint = m.old_mapping AND body_fingerprint = m.old_body
   AND last_validated_pack_install_id = m.old_install
   AND last_mapping_revalidation_operation_id IS NOT DISTINCT FROM m.expected_operation
-RETURNING {_LINK_STATE}
+RETURNING new.link_key,
+    to_jsonb(new) - $13::text[] = to_jsonb(old) - $13::text[]
+    AND new.mapping_fingerprint = m.new_mapping AND new.body_fingerprint = m.new_body
+    AND new.last_validated_pack_install_id = m.new_install
+    AND new.last_mapping_revalidation_operation_id = $2 AS as_planned
 """
+
+# The columns `as_planned` does not compare with the old row.
+_UNCOMPARED_COLUMNS: Final = sorted(MOVED_COLUMNS | ROW_DIGEST_EXCLUDED_COLUMNS)
 
 
 def _link_state(row: Record) -> LinkRowState:
     values = dict(row)
+    values.pop("row_version", None)  # read beside the state for the compare-and-set
     snapshot = values["profile_snapshot"]
     values["profile_snapshot"] = None if snapshot is None else json.loads(snapshot)
     return LinkRowState.model_validate(values)
@@ -182,10 +200,17 @@ async def lock_occupancy_keys(conn: Conn, link_keys: list[str]) -> None:
     await conn.execute(LOCK_OCCUPANCY_KEYS, link_keys)
 
 
-async def link_states_for_update(conn: Conn, link_keys: list[str]) -> dict[str, LinkRowState]:
+class LockedRow(NamedTuple):
+    """A link's digested state and the row_version it was read at, under its row lock."""
+
+    state: LinkRowState
+    version: int
+
+
+async def link_states_for_update(conn: Conn, link_keys: list[str]) -> dict[str, LockedRow]:
     """The rows of `link_keys` that exist, locked; absent keys are simply missing."""
     rows = await conn.fetch(SELECT_LINKS_FOR_UPDATE, link_keys)
-    return {row["link_key"]: _link_state(row) for row in rows}
+    return {row["link_key"]: LockedRow(_link_state(row), row["row_version"]) for row in rows}
 
 
 async def occupying_attempts(conn: Conn, link_keys: list[str]) -> dict[str, tuple[str, ...]]:
@@ -213,27 +238,33 @@ def _receipt_params(r: RevalidationReceipt) -> tuple[object, ...]:
         r.mapping_fingerprint_algorithm, r.body_fingerprint_algorithm,
         r.old_mapping_fingerprint, r.new_mapping_fingerprint,
         r.old_body_fingerprint, r.new_body_fingerprint,
-        uuid.UUID(r.old_pack_install_id), uuid.UUID(r.new_pack_install_id),
+        r.old_pack_install_id, r.new_pack_install_id,
         r.previous_operation_id, r.before_row_digest, r.after_row_digest,
     )  # fmt: skip
 
 
 async def move_links_mapping(
-    conn: Conn, members: list[RevalidationMember], operation_id: str, operator: tuple[str, str]
-) -> dict[str, LinkRowState]:
-    """Move each member's fingerprints, install and pointer iff its row still holds the
-    old ones, stamping `operator` (who, why) on the links (outside the row digest); returns
-    the moved rows by link key (a member that did not match is absent)."""
+    conn: Conn,
+    members: list[RevalidationMember],
+    read_versions: list[int],
+    operation_id: str,
+    operator: tuple[str, str],
+) -> dict[str, bool]:
+    """Move each member's fingerprints, install and pointer iff its row is still the tuple
+    read at `read_versions` (the members' order) holding the old ones, stamping `operator`
+    (who, why) on the links (outside the row digest). Returns, by link key, whether the
+    moved row is exactly its old self with the planned values moved; a member that did not
+    match is absent."""
     rows = await conn.fetch(
         MOVE_LINKS_MAPPING,
         [m.link_key for m in members], operation_id,
         [m.new_mapping_fingerprint for m in members],
         [m.new_body_fingerprint for m in members],
-        [uuid.UUID(m.new_pack_install_id) for m in members],
+        [m.new_pack_install_id for m in members],
         [m.old_mapping_fingerprint for m in members],
         [m.old_body_fingerprint for m in members],
-        [uuid.UUID(m.old_pack_install_id) for m in members],
+        [m.old_pack_install_id for m in members],
         [m.expected_revalidation_operation_id for m in members],
-        operator[0], operator[1],
+        operator[0], operator[1], read_versions, _UNCOMPARED_COLUMNS,
     )  # fmt: skip
-    return {row["link_key"]: _link_state(row) for row in rows}
+    return {row["link_key"]: row["as_planned"] for row in rows}

@@ -140,3 +140,27 @@ async def test_the_audit_command_filters_by_link_and_time(
     assert table.exit_code == 0 and "incident 7" in table.output and "retire" in table.output
     bad = await _audit("--since", "yesterday", "--database-url", db_dsn)
     assert bad.exit_code == 2 and "--since" in bad.output and "Traceback" not in bad.output
+
+
+async def test_many_entries_append_in_one_statement_one_row_each_in_order(
+    conn: asyncpg.Connection,
+) -> None:
+    entries = [
+        ENTRY,
+        ENTRY.model_copy(update={"link_key": None, "command": AuditCommand.PACK_APPLY}),
+        ENTRY.model_copy(
+            update={
+                "link_key": "lk1_y",
+                "arguments": {"operation_id": "op-1", "n": 2},
+                "state_before": {"b": None},
+                "state_after": ["é", 1.5],
+            }
+        ),
+    ]
+    await q.append_many(conn, entries)
+    stored = await q.entries(conn, None, None, 10)
+    assert [AuditEntry.model_validate(r.model_dump(include=set(AuditEntry.model_fields)))
+            for r in reversed(stored)] == entries  # fmt: skip
+    assert [r.audit_id for r in reversed(stored)] == sorted(r.audit_id for r in stored)
+    await q.append_many(conn, [])
+    assert len(await q.entries(conn, None, None, 10)) == 3

@@ -223,6 +223,58 @@ async def test_a_lost_compare_and_set_on_the_last_member_rolls_back_the_earlier_
     assert await state(conn) == before
 
 
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        "NEW.update_path_template := '/v9/{remoteId}'",  # a digested column that never moves
+        "NEW.body_fingerprint := repeat('0', 64)",  # a moved column, to another value
+    ],
+)
+async def test_a_move_that_does_not_land_on_the_planned_after_state_rolls_back(
+    conn: asyncpg.Connection, links: Links, rewrite: str
+) -> None:
+    manifest = await plan(conn, links, links.keys)
+    # A trigger that rewrites the moved row: the CAS matches, the after-state does not.
+    await conn.execute(
+        f"""
+        CREATE FUNCTION rewrite_row() RETURNS trigger LANGUAGE plpgsql
+        AS $$ BEGIN {rewrite}; RETURN NEW; END; $$;
+        CREATE TRIGGER rewrite_row_tg BEFORE UPDATE ON connector_remote_link
+            FOR EACH ROW WHEN (OLD.link_key = '{links.keys[1]}') EXECUTE FUNCTION rewrite_row();
+        """
+    )
+    before = await state(conn)
+    result = await apply(conn, manifest)
+    assert reasons(result) == [(links.keys[1], C.CAS_LOST)]
+    assert "row changed" in result.conflicts[0].detail
+    assert await state(conn) == before
+
+
+async def test_a_write_between_the_locked_read_and_the_move_loses_the_compare_and_set(
+    conn: asyncpg.Connection, links: Links
+) -> None:
+    manifest = await plan(conn, links, links.keys)
+    # Inside apply's own transaction, after the read: the row is not the tuple read, even
+    # though its fingerprints, install and pointer are still the old ones.
+    await conn.execute(
+        f"""
+        CREATE FUNCTION touch_link() RETURNS trigger LANGUAGE plpgsql
+        AS $$ BEGIN
+            UPDATE connector_remote_link SET update_path_template = '/v9/{{remoteId}}'
+            WHERE link_key = NEW.link_key;
+            RETURN NEW;
+        END; $$;
+        CREATE TRIGGER touch_link_tg BEFORE INSERT ON connector_link_revalidation_receipt
+            FOR EACH ROW WHEN (NEW.link_key = '{links.keys[0]}') EXECUTE FUNCTION touch_link();
+        """
+    )
+    before = await state(conn)
+    result = await apply(conn, manifest)
+    assert reasons(result) == [(links.keys[0], C.CAS_LOST)]
+    assert "matched no row" in result.conflicts[0].detail
+    assert await state(conn) == before
+
+
 # -- invariant 3: occupancy ----------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from protocol.revalidation import (
+    MOVED_COLUMNS,
     AlreadyApplied,
     Apply,
     Approval,
@@ -153,6 +154,10 @@ def _set_approval(field: str, value: str) -> Callable[[Doc], None]:
         pytest.param(_set_member("new_mapping_fingerprint", hex64("x").upper()), id="hex-case"),
         pytest.param(_set_member("new_pack_install_id", NEW_PACK.upper()), id="uuid-case"),
         pytest.param(_set_member("link_key", key(1) + " "), id="link-key-padded"),
+        # The shapes are anchored at the very end: no trailing newline slips through.
+        pytest.param(_set_member("expected_row_digest", hex64("x") + "\n"), id="hex-newline"),
+        pytest.param(lambda d: d.update(operation_id="op-1\n"), id="operation-id-newline"),
+        pytest.param(_set_member("old_pack_install_id", "x" + NEW_PACK), id="uuid-prefixed"),
         pytest.param(lambda d: d.update(body_fingerprint_algorithm=" v1"), id="algorithm"),
     ],
 )
@@ -237,6 +242,14 @@ def test_an_unchanged_unoccupied_manifest_applies_with_one_receipt_per_member() 
         hex64("m2"),
     )
     assert first.previous_operation_id is None and first.approval_digest == m.approval_digest
+
+
+def test_after_state_moves_exactly_the_moved_columns() -> None:
+    before = row(1)
+    after = after_state(before, manifest(before).members[0], "op-1")
+    assert {f for f in LinkRowState.model_fields if getattr(after, f) != getattr(before, f)} == (
+        MOVED_COLUMNS
+    )
 
 
 @pytest.mark.parametrize(
