@@ -201,6 +201,17 @@ async def test_a_member_changed_after_planning_rejects_the_whole_manifest(
     assert await state(conn) == before
 
 
+async def cas_lost_and_rolled_back(
+    conn: asyncpg.Connection, manifest: RevalidationManifest, key: str
+) -> RevalidationResult:
+    """apply refuses the whole manifest for `key`'s lost compare-and-set and writes nothing."""
+    before = await state(conn)
+    result = await apply(conn, manifest)
+    assert reasons(result) == [(key, C.CAS_LOST)]
+    assert await state(conn) == before
+    return result
+
+
 async def test_a_lost_compare_and_set_on_the_last_member_rolls_back_the_earlier_ones(
     conn: asyncpg.Connection, links: Links
 ) -> None:
@@ -217,10 +228,7 @@ async def test_a_lost_compare_and_set_on_the_last_member_rolls_back_the_earlier_
             EXECUTE FUNCTION skip_update();
         """
     )
-    before = await state(conn)
-    result = await apply(conn, manifest)
-    assert reasons(result) == [(links.keys[2], C.CAS_LOST)]
-    assert await state(conn) == before
+    await cas_lost_and_rolled_back(conn, manifest, links.keys[2])
 
 
 @pytest.mark.parametrize(
@@ -243,11 +251,8 @@ async def test_a_move_that_does_not_land_on_the_planned_after_state_rolls_back(
             FOR EACH ROW WHEN (OLD.link_key = '{links.keys[1]}') EXECUTE FUNCTION rewrite_row();
         """
     )
-    before = await state(conn)
-    result = await apply(conn, manifest)
-    assert reasons(result) == [(links.keys[1], C.CAS_LOST)]
+    result = await cas_lost_and_rolled_back(conn, manifest, links.keys[1])
     assert "row changed" in result.conflicts[0].detail
-    assert await state(conn) == before
 
 
 async def test_a_write_between_the_locked_read_and_the_move_loses_the_compare_and_set(
@@ -268,11 +273,8 @@ async def test_a_write_between_the_locked_read_and_the_move_loses_the_compare_an
             FOR EACH ROW WHEN (NEW.link_key = '{links.keys[0]}') EXECUTE FUNCTION touch_link();
         """
     )
-    before = await state(conn)
-    result = await apply(conn, manifest)
-    assert reasons(result) == [(links.keys[0], C.CAS_LOST)]
+    result = await cas_lost_and_rolled_back(conn, manifest, links.keys[0])
     assert "matched no row" in result.conflicts[0].detail
-    assert await state(conn) == before
 
 
 # -- invariant 3: occupancy ----------------------------------------------------------------
