@@ -58,12 +58,15 @@ def _records(n: int) -> dict[str, object]:
     return {"records": records, "grants": [grant]}
 
 
-async def _seed(dsn: str, sandbox_url: str, n: int) -> None:
+async def _seed(dsn: str, sandbox_url: str, n: int, rate_limited: bool) -> None:
     await apply_migrations(dsn)
     text = (EXAMPLES / "demo-pack.yaml").read_text()
     manifest = yaml.safe_load(
         re.sub(r"baseUrl: http://127\.0\.0\.1:\d+", f"baseUrl: {sandbox_url}", text)
     )
+    if not rate_limited:
+        for profile in manifest["profiles"]:
+            profile.pop("rateLimit", None)
     conn = await asyncpg.connect(dsn)
     try:
         await apply_pack(conn, manifest)
@@ -102,7 +105,9 @@ def _answers(url: str) -> bool:
 
 
 @asynccontextmanager
-async def bench_stack(n: int) -> AsyncIterator[BenchStack]:
+async def bench_stack(n: int, rate_limited: bool = True) -> AsyncIterator[BenchStack]:
+    """`rate_limited=False` drops the demo pack's remote budgets (PROF-3), for a bench
+    that measures something other than the remote's pace."""
     dev = load_dev_config()
     with tempfile.TemporaryDirectory(prefix="cp-bench-") as tmp:
         root = Path(tmp)
@@ -124,7 +129,7 @@ async def bench_stack(n: int) -> AsyncIterator[BenchStack]:
                 await admin.execute(f'CREATE DATABASE "{DATABASE}"')
                 await admin.close()
                 dsn = pg.dsn(DATABASE)
-                await _seed(dsn, sandbox_url, n)
+                await _seed(dsn, sandbox_url, n, rate_limited)
                 await temporal.wait_ready()
                 client = await Client.connect(
                     temporal.address,
