@@ -121,9 +121,11 @@ class Traffic:
             self.stats[f"rejected_{outcome.reason}"] += 1
 
     async def _save_cli(self, record: Record) -> SaveOutcome:
-        code, out, err = await run_cli(self.stack, "save", *record.cli_args(), "--json")
+        code, out, _err = await run_cli(self.stack, "save", *record.cli_args(), "--json")
         if code not in (0, 3):
-            self.stats["cli_error_" + (err.strip().splitlines() or ["?"])[-1][:80]] += 1
+            # By the CLI's documented exit code: its stderr names ports and paths that
+            # differ per run, so keying by it split one failure into many counters.
+            self.stats[f"cli_error_exit_{code}"] += 1
             return SaveOutcome(record.link_key, "cli", "error")
         decision = json.loads(out)
         return SaveOutcome(record.link_key, "cli", decision["kind"], decision.get("reason"))
