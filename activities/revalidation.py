@@ -9,9 +9,12 @@ such query or client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from enum import StrEnum
+from typing import Final
 
+import asyncpg
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from db import audit as audit_q
@@ -58,6 +61,48 @@ def _ignore(phase: Phase, link_key: str) -> None:
     del phase, link_key
 
 
+# validate and apply hold two advisory locks per member (its link key's and its occupancy
+# key's) until the transaction ends; Postgres keeps them in one lock table for the whole
+# server, about max_locks_per_transaction x max_connections slots (64 x 100 by default).
+# Measured on the embedded server (200 connections): 20,000 such locks fit, 50,000 do not.
+LOCKS_PER_MEMBER: Final = 2
+
+
+def lock_table_setting(members: int, max_connections: int) -> int:
+    """The max_locks_per_transaction whose lock table holds a `members`-member manifest's
+    locks twice over (the rest of the server needs slots too), never below the default."""
+    return max(64, -(-2 * LOCKS_PER_MEMBER * members // max_connections))
+
+
+class LockTableTooSmall(Exception):
+    """Postgres's lock table ran out while the manifest's locks were being taken; the
+    transaction rolled back, so nothing was written. Phrased for the operator."""
+
+    def __init__(self, members: int, per_transaction: int, connections: int) -> None:
+        self.needed = lock_table_setting(members, connections)
+        super().__init__(
+            f"Postgres's lock table cannot hold this manifest's locks: its {members:,} members "
+            f"take {LOCKS_PER_MEMBER * members:,} advisory locks until commit, and "
+            f"max_locks_per_transaction = {per_transaction} x max_connections = {connections} "
+            f"holds about {per_transaction * connections:,} for the whole server; nothing was "
+            f"written. Set max_locks_per_transaction to at least {self.needed} and restart "
+            "Postgres, or plan the move as several smaller operations (--link-key ...)"
+        )
+
+
+@asynccontextmanager
+async def _lock_table_checked(conn: Conn, members: int) -> AsyncIterator[None]:
+    """Around a revalidation's transaction: lock-table exhaustion, once it has rolled back,
+    becomes `LockTableTooSmall` with the server's settings."""
+    try:
+        yield
+    except asyncpg.PostgresError as exc:
+        if not q.lock_table_exhausted(exc):
+            raise
+        per_transaction, connections = await q.lock_table_settings(conn)
+        raise LockTableTooSmall(members, per_transaction, connections) from exc
+
+
 class _CasLost(Exception):
     """A member's row moved under its lock: roll the whole manifest back (invariant 4)."""
 
@@ -69,24 +114,27 @@ class _CasLost(Exception):
 async def validate(
     conn: Conn, manifest: RevalidationManifest, on_step: OnStep = _ignore
 ) -> RevalidationResult:
-    """Dry run (invariant 6): same locks and checks, projected receipts, zero writes."""
+    """Dry run (invariant 6): same locks and checks, projected receipts, zero writes.
+    Raises `LockTableTooSmall` when the server cannot hold the manifest's locks."""
     # Not READ ONLY: Postgres refuses FOR UPDATE there, and the row locks are the point.
-    tx = conn.transaction()
-    await tx.start()
-    try:
-        decision, _ = await _lock_and_decide(conn, manifest, on_step)
-    finally:
-        await tx.rollback()
+    async with _lock_table_checked(conn, len(manifest.members)):
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            decision, _ = await _lock_and_decide(conn, manifest, on_step)
+        finally:
+            await tx.rollback()
     return result_of(manifest, decision, applied=False)
 
 
 async def apply(
     conn: Conn, manifest: RevalidationManifest, on_step: OnStep = _ignore
 ) -> RevalidationResult:
-    """The only mutation entry point: all receipts and link moves commit together, or none."""
+    """The only mutation entry point: all receipts and link moves commit together, or none.
+    Raises `LockTableTooSmall` (after the rollback) when the server cannot hold its locks."""
     decision: Decision
     try:
-        async with conn.transaction():
+        async with _lock_table_checked(conn, len(manifest.members)), conn.transaction():
             decision, versions = await _lock_and_decide(conn, manifest, on_step)
             if isinstance(decision, Apply):
                 await _write(conn, manifest, decision, versions, on_step)

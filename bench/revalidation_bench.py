@@ -46,11 +46,6 @@ from protocol.admission import CreateReserved, SaveRequest
 from protocol.identity import link_key
 from protocol.revalidation import Approval, RevalidationStatus, parse_manifest
 
-# validate and apply hold two advisory locks per member (the link's and its occupancy
-# key's) until commit; Postgres's lock table has max_locks_per_transaction x
-# max_connections slots (64 x 200 here; measured: 20,000 locks fit, 50,000 do not).
-LOCKS_PER_MEMBER = 2
-
 OWNER, ACTION, DESTINATION, OBJECT = "demo-owner", "push-contact", "remote-contacts", "Contact"
 TEMPLATE_RECORD = "p4-template"
 APPROVAL = Approval(approved_by="bench", approval_reference="P4", reason="bulk mapping move")
@@ -214,7 +209,7 @@ async def revalidation_postgres(n: int) -> AsyncIterator[str]:
         conn = await asyncpg.connect(server.dsn("postgres"))
         try:
             slots = int(await conn.fetchval("SHOW max_connections"))
-            per_transaction = max(64, -(-2 * LOCKS_PER_MEMBER * n // slots))  # 2x headroom
+            per_transaction = revalidation.lock_table_setting(n, slots)
             await conn.execute(f"ALTER SYSTEM SET max_locks_per_transaction = {per_transaction}")
         finally:
             await conn.close()

@@ -42,7 +42,7 @@ _EPILOG: Final = (
     "with evidence is rejected with a reason and nothing is written for it. "
     "Exit codes: 0 nothing rejected; 3 some records rejected (apply still adopts the "
     "unambiguous ones, so re-run after fixing the rejected); 2 bad input (no active pack, "
-    "unknown action slot); 1 database unreachable or the pack changed mid-run."
+    "unknown action slot); 1 the pack changed mid-run; 5 database unreachable or unmigrated."
 )
 
 OwnerKey = Annotated[str, typer.Option("--owner-key", help="ConnectorOwnerKey of the pack.")]

@@ -17,9 +17,10 @@ from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from activities import revalidation as revalidation_activity
-from activities.revalidation import OnStep, Phase, PlanError, PlanRequest
+from activities.revalidation import LockTableTooSmall, OnStep, Phase, PlanError, PlanRequest
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
+from cli.errors import EXIT_UNAVAILABLE, CliError
 from protocol.revalidation import (
     Approval,
     ManifestRejected,
@@ -47,7 +48,8 @@ _EPILOG: Final = (
     "listed, nothing written; includes a member whose new fingerprints are not what "
     "its new_pack_install_id produces); 2 unreadable or bad input (not JSON, not "
     "canonical, digest mismatch, empty approval: rejected before any transaction); "
-    "1 database unreachable."
+    "5 Postgres unreachable or unmigrated, or its lock table too small for the manifest "
+    "(nothing written; the message names the max_locks_per_transaction to set)."
 )
 
 ManifestFile = Annotated[
@@ -143,7 +145,10 @@ async def _run(dsn: str, manifest: RevalidationManifest, *, write: bool) -> Reva
     entry = revalidation_activity.apply if write else revalidation_activity.validate
     with _progress(len(manifest.members), phases) as on_step:
         async with connect(dsn) as conn:
-            return await entry(conn, manifest, on_step)
+            try:
+                return await entry(conn, manifest, on_step)
+            except LockTableTooSmall as error:  # rolled back: a setting to change, not a bug
+                raise CliError(str(error), EXIT_UNAVAILABLE) from error
 
 
 def validate_command(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Final, NamedTuple
 
+import asyncpg
 from asyncpg import Record
 
 from db.records import Conn
@@ -147,6 +148,13 @@ RETURNING new.link_key,
     AND new.last_mapping_revalidation_operation_id = $2 AS as_planned
 """
 
+# What Postgres sizes its shared lock table by: about max_locks_per_transaction slots per
+# connection, shared by every transaction on the server.
+LOCK_TABLE_SETTINGS: Final = """
+SELECT current_setting('max_locks_per_transaction')::int AS per_transaction,
+       current_setting('max_connections')::int AS connections
+"""
+
 # The columns `as_planned` does not compare with the old row.
 _UNCOMPARED_COLUMNS: Final = sorted(MOVED_COLUMNS | ROW_DIGEST_EXCLUDED_COLUMNS)
 
@@ -187,6 +195,21 @@ async def finalized_link_states(conn: Conn, owner_key: str) -> list[LinkRowState
 
 async def operation_receipts(conn: Conn, operation_id: str) -> list[RevalidationReceipt]:
     return [_receipt(row) for row in await conn.fetch(SELECT_OPERATION_RECEIPTS, operation_id)]
+
+
+def lock_table_exhausted(exc: BaseException) -> bool:
+    """Postgres ran out of shared lock-table slots: SQLSTATE 53200 ("out of shared memory")
+    with its hint naming max_locks_per_transaction, not any other out-of-memory."""
+    return isinstance(exc, asyncpg.OutOfMemoryError) and "max_locks_per_transaction" in (
+        exc.hint or ""
+    )
+
+
+async def lock_table_settings(conn: Conn) -> tuple[int, int]:
+    """(max_locks_per_transaction, max_connections) of the server `conn` is on."""
+    row = await conn.fetchrow(LOCK_TABLE_SETTINGS)
+    assert row is not None  # a SELECT without FROM returns its one row
+    return row["per_transaction"], row["connections"]
 
 
 # -- the page forms (issue 16, P4: one statement per page, not per member) --------------
