@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 from datetime import timedelta
+from urllib.parse import quote
 
 import asyncpg
 import httpx
@@ -169,7 +170,10 @@ class ActionCallbackActivities:
     async def _post(
         self, target: CallbackTarget, callback_id: str, outcome: CompletionState
     ) -> httpx.Response | None:
-        url = target.base_url.rstrip("/") + COMPLETE_PATH.format(callback_id=callback_id)
+        # Quoted although ingress admits only URL-safe ids: a stored id never reshapes the
+        # path the credential is sent to (a '/' or '..' would name another endpoint).
+        segment = quote(callback_id, safe=":")
+        url = target.base_url.rstrip("/") + COMPLETE_PATH.format(callback_id=segment)
         body = {"outputFields": {"hs_execution_state": outcome.value}}
         try:
             return await self._http.post(

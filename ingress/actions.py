@@ -17,6 +17,7 @@ from ingress.admission import Admitter
 from ingress.body import parse_document
 from ingress.errors import Rejection
 from ingress.webhook import remote_object_id, remote_scope
+from protocol.action_callback import valid_callback_id
 from protocol.event_identity import (
     IdentityError,
     business_identity,
@@ -64,6 +65,9 @@ def _callback_id(endpoint: WorkflowActionEndpoint, execution: Mapping[str, objec
     value = lookup(execution, endpoint.identity.path)
     if not isinstance(value, str) or not value:
         raise Rejection(400, "missing_callback_id")
+    if not valid_callback_id(value):
+        # BLOCK would promise a completion the runtime cannot start or address (ING-3).
+        raise Rejection(400, "invalid_callback_id")
     return value
 
 

@@ -14,6 +14,7 @@ Rules kept in this module:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -25,6 +26,19 @@ from protocol.states import ProtocolError
 
 ACTION_CALLBACK_WORKFLOW: Final = "ActionCallbackWorkflow"
 COMPLETE_PATH: Final = "/automation/v4/actions/callbacks/{callback_id}/complete"
+
+
+# The callback ids admitted (ING-3: anything else is a 400 at parse, nothing stored). The id
+# names a workflow (Temporal refuses ids past ~1,000 bytes) and a path segment of the
+# completion URL, so it is bounded and URL-unreserved (plus ':'), starting alphanumeric
+# ('.' and '..' would be dot segments). Remote ids seen are short, e.g. 'ap-102-1234-1-0'.
+CALLBACK_ID_MAX: Final = 255
+_CALLBACK_ID: Final = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._~:-]{{0,{CALLBACK_ID_MAX - 1}}}")
+
+
+def valid_callback_id(value: str) -> bool:
+    """Whether `value` is a callback id this runtime can run a workflow for and complete."""
+    return _CALLBACK_ID.fullmatch(value) is not None
 
 
 def action_workflow_id(callback_id: str) -> str:

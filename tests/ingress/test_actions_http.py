@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from protocol.action_callback import CALLBACK_ID_MAX
 from tests.ingress.support import (
     ACTION_SECRET,
     NOTHING_STORED,
@@ -109,3 +110,38 @@ async def test_disabled_mode_is_retryable_503_for_every_action(
             assert response.status_code == 503
             assert response.headers["retry-after"]
     assert await counts(db_pool) == NOTHING_STORED
+
+
+@pytest.mark.parametrize(
+    "callback_id",
+    [
+        "L" * 256,  # past the bound; 1,000 and more also overflow Temporal's workflow id
+        "L" * 100_000,
+        "..",  # a dot segment: the completion would POST to another path
+        "cb/../../crm/v3/objects/contacts",
+        "cb 7",
+        "cb-7?x=1",
+        "-cb",
+        "cb-ä",
+    ],
+)
+async def test_a_callback_id_that_cannot_be_run_or_addressed_is_400_and_stores_nothing(
+    live: Live, db_pool: asyncpg.Pool, callback_id: str
+) -> None:
+    """ING-3: a BLOCK for a callback whose workflow cannot start (Temporal's id limit) or
+    whose completion URL it would reshape promises a completion that never comes."""
+    response = await call(live, execution(callback_id))
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_callback_id"
+    assert await counts(db_pool) == NOTHING_STORED
+
+
+async def test_the_longest_admitted_callback_id_blocks(live: Live, db_pool: asyncpg.Pool) -> None:
+    callback_id = "ap-" + "9" * (CALLBACK_ID_MAX - 5) + ":0"
+    assert len(callback_id) == CALLBACK_ID_MAX
+    response = await call(live, execution(callback_id))
+    assert response.status_code == 200
+    assert response.json()["outputFields"]["hs_execution_state"] == "BLOCK"
+    async with db_pool.acquire() as conn:
+        stored = await conn.fetchval("SELECT callback_id FROM workflow_action_execution")
+    assert stored == callback_id
