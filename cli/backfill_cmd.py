@@ -52,7 +52,9 @@ ActionSlots = Annotated[
 ]
 BatchSize = Annotated[
     int,
-    typer.Option("--batch-size", min=1, help="Records per page (apply: per transaction)."),
+    typer.Option(
+        "--batch-size", min=1, max=100_000, help="Records per page (apply: per transaction)."
+    ),
 ]
 ShowSkipped = Annotated[
     bool, typer.Option("--show-skipped", help="List records without evidence too.")

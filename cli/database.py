@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -110,12 +111,14 @@ def _syntax_error(path: Path, exc: json.JSONDecodeError | yaml.YAMLError) -> str
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
         mark = exc.problem_mark
         return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {exc.problem}"
-    return f"{path}: not valid YAML: {exc}"
+    return f"{path}: not valid YAML: {' '.join(str(exc).split())}"
 
 
 def read_document(path: Path) -> object:
     """Parse a YAML or JSON file (`.json` as JSON, anything else as YAML)."""
     try:
+        if stat.S_ISCHR(mode := path.stat().st_mode) or stat.S_ISBLK(mode):
+            bad_input(f"{path}: a device, not a file (it would be read forever); give a file")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         bad_input(f"{path}: cannot read ({exc.strerror or exc}); check the path and permissions")
@@ -125,6 +128,8 @@ def read_document(path: Path) -> object:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         bad_input(_syntax_error(path, exc))
+    except RecursionError:  # both parsers recurse per nesting level
+        bad_input(f"{path}: nested too deeply to read; no pack, record or manifest nests so")
 
 
 def echo_json(value: object) -> None:

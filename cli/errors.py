@@ -88,8 +88,30 @@ def _whole_lines_when_piped() -> Iterator[None]:
         os.environ.pop("COLUMNS", None)
 
 
+def _require_utf8(arguments: list[str]) -> None:
+    """Python decodes argv bytes that are not UTF-8 into lone surrogates, which no
+    database, file name or remote can take: refuse them, naming the argument."""
+    for position, argument in enumerate(arguments, 1):
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError as error:
+            code = ord(argument[error.start])
+            # surrogateescape maps an undecodable byte b to U+DC00 + b (b >= 0x80).
+            what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+            print_error(
+                f"argument {position} is not valid UTF-8 ({what} at character "
+                f"{error.start + 1}); pass text, nothing was done"
+            )
+            raise SystemExit(EXIT_BAD_INPUT) from None
+
+
 class OneLineErrors(TyperGroup):
     """The root group: any exception a command lets escape becomes one line and a code."""
+
+    def main(self, args: Any = None, *rest: Any, **options: Any) -> Any:
+        """Refuse arguments that are not text before any command sees them (exit 2)."""
+        _require_utf8(sys.argv[1:] if args is None else list(args))
+        return super().main(args, *rest, **options)
 
     # `Any`: typer types this with its vendored click's Context, which it does not export.
     def invoke(self, ctx: Any) -> Any:

@@ -9,7 +9,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from cli.database import bad_input
 from cli.errors import fail
 from ingress.config import ConfigError, PolicyLocation, parse_policy, readback
 from ingress.server import serve
@@ -65,7 +67,7 @@ def register(app: typer.Typer) -> None:
             try:
                 serve(_policy_path(config))
             except ConfigError as exc:
-                fail(str(exc))
+                fail(escape(str(exc)))
 
     @ingress_app.command("readback")
     def readback_command(
@@ -76,9 +78,17 @@ def register(app: typer.Typer) -> None:
         """Print the active endpoint policy (modes, schemes, limits); never secret values."""
         path = _policy_path(config or ctx.obj)
         try:
-            data = readback(parse_policy(path.read_text(encoding="utf-8")), os.environ)
-        except (ConfigError, OSError) as exc:
-            fail(str(exc))
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            bad_input(f"{path}: cannot read ({exc.strerror or exc}); check the path")
+        except UnicodeDecodeError as exc:
+            bad_input(f"{path}: not a UTF-8 text file (byte {exc.start}); give the YAML policy")
+        try:
+            data = readback(parse_policy(text), os.environ)
+        except ConfigError as exc:
+            bad_input(f"{path}: {' '.join(str(exc).split())}")
+        except RecursionError:
+            bad_input(f"{path}: nested too deeply to read")
         if as_json:
             typer.echo(json.dumps(data, indent=2, sort_keys=True))
         else:

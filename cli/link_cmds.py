@@ -10,6 +10,7 @@ import asyncpg
 import typer
 from pydantic import TypeAdapter
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cli import link_views
@@ -174,7 +175,7 @@ def register(app: typer.Typer) -> None:
         """One attempt row in full and its send journal (every try, JRN-1), as JSON."""
         found = asyncio.run(_attempt_and_journal(resolve_dsn(database_url), attempt_id))
         if found is None:
-            fail(f"no attempt {attempt_id!r}", code=2)
+            fail(escape(f"no attempt {attempt_id!r}"), code=2)
         attempt, journal = found
         landed = sum(1 for t in journal if t["may_have_landed"])
         data = {"attempt": attempt, "send_journal": journal, "tries_may_have_landed": landed}

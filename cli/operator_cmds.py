@@ -17,10 +17,10 @@ import asyncio
 import hashlib
 import json
 import time
-from typing import Annotated, Any, Final, NamedTuple
+from typing import Annotated, Any, Final, NamedTuple, TypeVar
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
@@ -180,6 +180,20 @@ def _invoke(
     )
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _request(model: type[_M], **fields: object) -> _M:
+    """The operator action's input, or exit 2 naming the option and its rule (nothing is
+    started or written: this runs before any connection)."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as error:
+        first = error.errors()[0]
+        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else model.__name__
+        raise CliError(f"{option}: {first['msg']}", EXIT_BAD_INPUT) from None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("supersede")
     def supersede_command(
@@ -194,7 +208,9 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """terminal_failed -> superseded, reserving the next attempt unless --no-reserve."""
-        request = SupersedeInput(operator=operator, reason=reason, reserve_next=not no_reserve)
+        request = _request(
+            SupersedeInput, operator=operator, reason=reason, reserve_next=not no_reserve
+        )
         _invoke(
             LinkWorkflow.supersede, link_key, request, Options(task_queue, database_url, as_json)
         )
@@ -211,8 +227,8 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """ambiguous_remote_effect -> finalized link with an operator-proven remote id."""
-        request = ReconcileInput(
-            operator=operator, reason=reason, remote_id=remote_id, evidence=evidence
+        request = _request(
+            ReconcileInput, operator=operator, reason=reason, remote_id=remote_id, evidence=evidence
         )
         _invoke(
             LinkWorkflow.reconcile, link_key, request, Options(task_queue, database_url, as_json)
@@ -228,7 +244,7 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """finalized | suspended_drift -> retired (the remote id is released, ID-4)."""
-        request = RetireInput(operator=operator, reason=reason)
+        request = _request(RetireInput, operator=operator, reason=reason)
         _invoke(LinkWorkflow.retire, link_key, request, Options(task_queue, database_url, as_json))
 
     @app.command("mark-terminal")
@@ -241,7 +257,7 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """A pending attempt that provably sent nothing -> terminal_failed."""
-        request = MarkTerminalInput(operator=operator, reason=reason)
+        request = _request(MarkTerminalInput, operator=operator, reason=reason)
         options = Options(task_queue, database_url, as_json)
         _invoke(LinkWorkflow.mark_terminal, link_key, request, options)
 
@@ -256,7 +272,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """suspended_drift -> finalized on the active pack's snapshots (mapping fingerprints
         move only through `revalidate apply`, SPEC §9)."""
-        request = RevalidateInput(operator=operator, reason=reason)
+        request = _request(RevalidateInput, operator=operator, reason=reason)
         _invoke(
             LinkWorkflow.revalidate, link_key, request, Options(task_queue, database_url, as_json)
         )

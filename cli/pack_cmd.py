@@ -168,7 +168,9 @@ async def _resolve_owner(conn: Conn, owner_key: str | None) -> str:
     if not owners:
         fail("no active pack: run `connector-push pack apply FILE` first")
     if len(owners) > 1:
-        fail(f"several owner keys have active packs ({', '.join(owners)}): pass --owner-key")
+        fail(
+            escape(f"several owner keys have active packs ({', '.join(owners)}): pass --owner-key")
+        )
     return owners[0]
 
 
@@ -177,7 +179,7 @@ async def _show(dsn: str, owner_key: str | None) -> ActivePack:
         owner = await _resolve_owner(conn, owner_key)
         active = await get_active_pack(conn, owner)
     if active is None:
-        fail(f"no active pack for owner key {owner!r}")
+        fail(escape(f"no active pack for owner key {owner!r}"))
     return active
 
 

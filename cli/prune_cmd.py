@@ -58,7 +58,8 @@ def prune_command(
         str, typer.Option("--older-than", help="Age of finished rows to delete: 30d, 12h, 2w.")
     ],
     keep_patches: Annotated[
-        int, typer.Option("--keep-patches", min=0, help="PATCH rows each link keeps.")
+        int,
+        typer.Option("--keep-patches", min=0, max=1_000_000, help="PATCH rows each link keeps."),
     ] = DEFAULT_KEEP_PATCHES,
     batch_size: Annotated[
         int, typer.Option("--batch-size", min=1, max=100_000, help="Rows per kind per batch.")

@@ -260,7 +260,8 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--all", help="every live record of the slot's source object")
         ] = False,
         limit: Annotated[
-            int | None, typer.Option("--limit", min=1, help="admit at most N saves this run")
+            int | None,
+            typer.Option("--limit", min=1, max=10**9, help="admit at most N saves this run"),
         ] = None,
         concurrency: Annotated[
             int, typer.Option("--concurrency", min=1, max=64, help="admissions in flight")

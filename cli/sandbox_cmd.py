@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 import yaml
+from rich.markup import escape
 
 from cli.errors import fail
 from cli.stack.devconfig import load_dev_config
@@ -62,6 +63,6 @@ def register(app: typer.Typer) -> None:
         try:
             sandbox_config = load_sandbox_config(config, persist, rate_limit)
         except (OSError, yaml.YAMLError, ValueError) as exc:
-            fail(f"sandbox config: {exc}")
+            fail(escape(f"sandbox config: {exc}"))
         dev = load_dev_config().sandbox
         run_sandbox(sandbox_config, host or dev.host, port or dev.port)

@@ -108,7 +108,7 @@ async def _watch(dsn: str, ingress_url: str | None, every: float) -> None:
 def status_command(
     watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
     interval: Annotated[
-        float, typer.Option("--interval", min=0.5, help="Seconds between refreshes.")
+        float, typer.Option("--interval", min=0.5, max=86_400, help="Seconds between refreshes.")
     ] = 5.0,
     ingress_url: Annotated[
         str | None,

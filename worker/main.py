@@ -26,17 +26,33 @@ from worker.status_gauges import publish_status
 log = logging.getLogger(__name__)
 
 
+class DependencyUnavailable(Exception):
+    """The worker could not start: Temporal or Postgres refused or did not answer."""
+
+    def __init__(self, dependency: str, cause: BaseException) -> None:
+        super().__init__(f"{dependency}: {cause}")
+        self.dependency = dependency
+        self.cause = cause
+
+
 async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = None) -> None:
     """Run until `stop` is set (or SIGINT/SIGTERM when no event is given)."""
     configure_logging(settings)
     configure_tracing(settings, "connector-push-worker")
     stop = stop or _stop_on_signals()
     runtime = sdk_runtime(settings)
-    client = await connect_temporal(settings, runtime)
+    try:
+        client = await connect_temporal(settings, runtime)
+    except RuntimeError as exc:  # the SDK's "Failed client connect": refused, DNS, TLS
+        raise DependencyUnavailable("temporal", exc) from exc
     await ensure_search_attributes(client)
     await ensure_relay_schedule(client, settings.task_queue)
     await ensure_prune_schedule(client, settings.task_queue, settings.prune_input())
-    pool = await create_pool(settings.require_database_url(), min_size=2, max_size=20)
+    dsn = settings.require_database_url()
+    try:
+        pool = await create_pool(dsn, min_size=2, max_size=20)
+    except (OSError, TimeoutError, OverflowError, asyncpg.PostgresError) as exc:
+        raise DependencyUnavailable("postgres", exc) from exc
     try:
         await ensure_rate_limits(client, pool, settings.task_queue)
         async with remote_http_client() as http:

@@ -1,0 +1,133 @@
+"""Inputs an acceptance probe found slipping past the CLI's one error path (SPEC NF-2, §12):
+each is refused as one `error:` line with the documented code (2 bad input, 5 a dependency
+unreachable or misconfigured) and nothing done, where they used to exit 1 as an
+"unexpected error" or name the wrong value. Every command runs as a real process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cli.stack.temporal import TemporalDevServer
+from tests.e2e.test_cli_errors import KEY, WHO, assert_one_line, down_dsn, run
+
+NOT_UTF8 = os.fsdecode(b"c\xff")  # what Python makes of a non-UTF-8 argv byte
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["links", "find", "--remote-id", NOT_UTF8],
+        ["retire", KEY, "--operator", NOT_UTF8, "--reason", "r"],
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_exit_2_before_anything_runs(args: list[str]) -> None:
+    # Postgres is down: the argument is refused before any connection is tried.
+    position = args.index(NOT_UTF8) + 1
+    assert_one_line(
+        run(*args, env={"DATABASE_URL": down_dsn()}),
+        2,
+        f"argument {position} is not valid UTF-8",
+        "byte 0xff at character 2",
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "suffix"),
+    [
+        (["pack", "apply"], ".yaml"),
+        (["records", "load"], ".json"),
+        (["revalidate", "validate"], ".json"),
+        (["ingress", "readback"], ".yaml"),
+    ],
+)
+def test_a_file_nested_past_the_parsers_is_exit_2(
+    tmp_path: Path, command: list[str], suffix: str
+) -> None:
+    path = tmp_path / f"deep{suffix}"
+    depth = 100_000 if suffix == ".json" else 5_000
+    path.write_text("[" * depth + "]" * depth, encoding="utf-8")
+    args = [*command, "--config", str(path)] if command[0] == "ingress" else [*command, str(path)]
+    assert_one_line(run(*args, env={"DATABASE_URL": down_dsn()}), 2, "nested too deeply")
+
+
+def test_a_device_is_refused_instead_of_read_forever(tmp_path: Path) -> None:
+    link = tmp_path / "pack.yaml"
+    link.symlink_to("/dev/zero")
+    assert_one_line(run("pack", "apply", str(link)), 2, "a device, not a file")
+
+
+@pytest.mark.parametrize(
+    ("problem", "expected"), [("directory", "cannot read"), ("binary", "not a UTF-8")]
+)
+def test_ingress_readback_of_an_unreadable_policy_is_exit_2(
+    tmp_path: Path, problem: str, expected: str
+) -> None:
+    path = tmp_path / "policy.yaml"
+    if problem == "directory":
+        path.mkdir()
+    elif problem == "binary":
+        path.write_bytes(b"\xff\xfe\x00")
+    assert_one_line(run("ingress", "readback", "--config", str(path)), 2, str(path), expected)
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["retire", KEY, "--operator", "", "--reason", "why"], "--operator"),
+        (["reconcile", KEY, "--remote-id", "r-1", "--evidence", "", *WHO], "--evidence"),
+    ],
+)
+def test_an_empty_operator_field_is_exit_2_naming_the_option(
+    command: list[str], option: str
+) -> None:
+    # Neither Postgres nor Temporal is up: the input is refused before either is tried.
+    env = {"DATABASE_URL": down_dsn(), "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    line = assert_one_line(run(*command, env=env), 2, option)
+    assert "pydantic" not in line, line
+
+
+def test_user_text_is_printed_as_given_not_as_markup(db_dsn: str) -> None:
+    for owner in ("[/]", "[bold]x"):
+        line = assert_one_line(
+            run("pack", "show", "--owner-key", owner, "--database-url", db_dsn), 1
+        )
+        assert f"no active pack for owner key {owner!r}" in line, line
+    line = assert_one_line(run("attempts", "show", "[/]", "--database-url", db_dsn), 2)
+    assert "no attempt '[/]'" in line, line
+
+
+def test_counts_past_int64_are_usage_errors_not_database_errors() -> None:
+    for args in (
+        ["prune", "--older-than", "30d", "--keep-patches", "9" * 20, "--dry-run"],
+        ["backfill", "plan", "--owner-key", "demo-owner", "--batch-size", "9" * 20],
+    ):
+        result = run(*args, env={"DATABASE_URL": down_dsn()})
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr and "int64" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CONNECTOR_PUSH_MAX_CACHED_WORKFLOWS", "-1"),
+        ("CONNECTOR_PUSH_OTEL_EXPORTER", "bogus"),
+    ],
+)
+def test_a_worker_setting_out_of_its_rule_is_exit_5_naming_the_variable(
+    variable: str, value: str
+) -> None:
+    assert_one_line(run("worker", env={variable: value}), 5, variable, "fix the variable")
+
+
+def test_a_worker_whose_temporal_is_down_is_exit_5() -> None:
+    env = {"DATABASE_URL": down_dsn(), "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    assert_one_line(run("worker", env=env), 5, "cannot reach Temporal", "$TEMPORAL_ADDRESS")
+
+
+def test_a_worker_whose_postgres_is_down_is_exit_5(temporal_server: TemporalDevServer) -> None:
+    env = {"DATABASE_URL": down_dsn(), "TEMPORAL_ADDRESS": temporal_server.address}
+    line = assert_one_line(run("worker", env=env), 5, "cannot reach Postgres", "$DATABASE_URL")
+    assert "s3cret" not in line
