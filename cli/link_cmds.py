@@ -25,6 +25,7 @@ from cli.entry import (
 from cli.errors import fail
 from db import journal as journal_q
 from protocol.admission import AdmissionDecision, SaveRequest
+from protocol.states import AttemptStatus, LinkStatus
 from worker.crm import SaveOutcome, WakeStatus, report_save_outcome, wake_best_effort
 
 console = Console()
@@ -146,7 +147,7 @@ def register(app: typer.Typer) -> None:
 
     @links.command("list")
     def links_list(
-        status: Annotated[str | None, typer.Option(help="filter by status")] = None,
+        status: Annotated[LinkStatus | None, typer.Option(help="filter by status")] = None,
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
@@ -155,11 +156,12 @@ def register(app: typer.Typer) -> None:
             f"SELECT {LINK_COLUMNS} FROM connector_remote_link "
             "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT 500"
         )
-        _print(asyncio.run(_rows(resolve_dsn(database_url), sql, status)), as_json, "links")
+        rows = asyncio.run(_rows(resolve_dsn(database_url), sql, status and status.value))
+        _print(rows, as_json, "links")
 
     @attempts.command("list")
     def attempts_list(
-        status: Annotated[str | None, typer.Option(help="filter by status")] = None,
+        status: Annotated[AttemptStatus | None, typer.Option(help="filter by status")] = None,
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
@@ -168,7 +170,8 @@ def register(app: typer.Typer) -> None:
             f"SELECT {ATTEMPT_COLUMNS} FROM connector_push_attempt "
             "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT 500"
         )
-        _print(asyncio.run(_rows(resolve_dsn(database_url), sql, status)), as_json, "attempts")
+        rows = asyncio.run(_rows(resolve_dsn(database_url), sql, status and status.value))
+        _print(rows, as_json, "attempts")
 
     @attempts.command("show")
     def attempts_show(attempt_id: str, database_url: DatabaseUrl = None) -> None:

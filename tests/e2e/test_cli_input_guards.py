@@ -131,3 +131,10 @@ def test_a_worker_whose_postgres_is_down_is_exit_5(temporal_server: TemporalDevS
     env = {"DATABASE_URL": down_dsn(), "TEMPORAL_ADDRESS": temporal_server.address}
     line = assert_one_line(run("worker", env=env), 5, "cannot reach Postgres", "$DATABASE_URL")
     assert "s3cret" not in line
+
+
+def test_a_status_filter_outside_the_lifecycle_is_exit_2_not_an_empty_list() -> None:
+    for command in (["links", "list"], ["attempts", "list"]):
+        result = run(*command, "--status", "bogus", env={"DATABASE_URL": down_dsn()})
+        assert result.returncode == 2, result.stderr
+        assert "'bogus' is not one of" in " ".join(result.stderr.split()), result.stderr
