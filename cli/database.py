@@ -114,16 +114,21 @@ def _syntax_error(path: Path, exc: json.JSONDecodeError | yaml.YAMLError) -> str
     return f"{path}: not valid YAML: {' '.join(str(exc).split())}"
 
 
-def read_document(path: Path) -> object:
-    """Parse a YAML or JSON file (`.json` as JSON, anything else as YAML)."""
+def read_text_file(path: Path, expected: str = "a YAML or JSON file") -> str:
+    """A UTF-8 text file's contents; unreadable, devices or other bytes exit 2 (nothing done)."""
     try:
         if stat.S_ISCHR(mode := path.stat().st_mode) or stat.S_ISBLK(mode):
-            bad_input(f"{path}: a device, not a file (it would be read forever); give a file")
-        text = path.read_text(encoding="utf-8")
+            bad_input(f"{path}: a device, not a file (it would be read forever); give {expected}")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         bad_input(f"{path}: cannot read ({exc.strerror or exc}); check the path and permissions")
     except UnicodeDecodeError as exc:
-        bad_input(f"{path}: not a UTF-8 text file (byte {exc.start}); give a YAML or JSON file")
+        bad_input(f"{path}: not a UTF-8 text file (byte {exc.start}); give {expected}")
+
+
+def read_document(path: Path) -> object:
+    """Parse a YAML or JSON file (`.json` as JSON, anything else as YAML)."""
+    text = read_text_file(path)
     try:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from cli.database import bad_input
+from cli.database import bad_input, read_text_file
 from cli.errors import fail
 from ingress.config import ConfigError, PolicyLocation, parse_policy, readback
 from ingress.server import serve
@@ -77,12 +77,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the active endpoint policy (modes, schemes, limits); never secret values."""
         path = _policy_path(config or ctx.obj)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            bad_input(f"{path}: cannot read ({exc.strerror or exc}); check the path")
-        except UnicodeDecodeError as exc:
-            bad_input(f"{path}: not a UTF-8 text file (byte {exc.start}); give the YAML policy")
+        text = read_text_file(path, "the YAML policy")
         try:
             data = readback(parse_policy(text), os.environ)
         except ConfigError as exc:
