@@ -159,9 +159,14 @@ async def pages(
 
 
 async def unclaimed(pool: asyncpg.Pool, target: Target, page: list[str], tally: Tally) -> list[str]:
-    """The page without records already linked or with an attempt holding the slot."""
+    """The page without records already linked or with an attempt holding the slot.
+
+    Both reads share one snapshot: a create that finalizes between two separate reads
+    (not linked yet, then its attempt already released) would look unclaimed and be
+    counted as a new admission (seen under a loaded test run).
+    """
     keys = {r: target.key(r) for r in page}
-    async with pool.acquire() as conn:
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         linked = await q.linked_keys(conn, list(keys.values()))
         occupied = await q.occupied_keys(conn, list(keys.values()), _RELEASED)
     tally.skipped_linked += sum(k in linked for k in keys.values())
