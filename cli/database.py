@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail
 from cli.stack.devconfig import load_dev_config
+from db.pool import CONNECT_ERRORS
 
 CONNECT_TIMEOUT_S: Final = 10.0
 
@@ -76,7 +77,7 @@ async def connect_postgres(dsn: str) -> asyncpg.Connection:
     """`asyncpg.connect`, bounded in time; any failure is a `CliError` (exit 5)."""
     try:
         return await asyncio.wait_for(asyncpg.connect(dsn), CONNECT_TIMEOUT_S)
-    except (OSError, TimeoutError, ValueError, OverflowError, asyncpg.PostgresError) as exc:
+    except CONNECT_ERRORS as exc:
         raise postgres_error(dsn, exc) from exc
 
 

@@ -23,7 +23,7 @@ from temporalio.runtime import Runtime, TelemetryConfig
 from cli.database import postgres_error
 from cli.errors import EXIT_UNAVAILABLE, CliError, debug_enabled
 from cli.stack.devconfig import load_dev_config
-from db.pool import create_pool
+from db.pool import CONNECT_ERRORS, create_pool
 from worker.client import connect_temporal
 from worker.settings import RuntimeSettings
 
@@ -50,7 +50,7 @@ async def admission_pool(dsn: str, max_size: int = 2) -> AsyncIterator[asyncpg.P
     """A pool for in-process admission; an unreachable database is one clear error."""
     try:
         pool = await asyncio.wait_for(create_pool(dsn, min_size=1, max_size=max_size), 10)
-    except (OSError, TimeoutError, ValueError, OverflowError, asyncpg.PostgresError) as exc:
+    except CONNECT_ERRORS as exc:
         error = postgres_error(dsn, exc)
         raise CliError(f"{error.message}; nothing was admitted", error.code) from exc
     try:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import asyncpg
+
+# What opening a connection or pool raises when Postgres cannot be used: refused, DNS,
+# unreachable (OSError), no answer in time (TimeoutError), a DSN asyncpg cannot read
+# (ValueError, which includes its ClientConfigurationError), a port past 65535
+# (OverflowError), or the server's refusal (auth, missing database). One tuple for the
+# worker and every CLI entry point, so each turns all of them into "cannot reach Postgres".
+CONNECT_ERRORS: Final = (OSError, TimeoutError, ValueError, OverflowError, asyncpg.PostgresError)
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

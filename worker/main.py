@@ -9,7 +9,7 @@ import signal
 import asyncpg
 from temporalio.runtime import Runtime
 
-from db.pool import create_pool
+from db.pool import CONNECT_ERRORS, create_pool
 from worker.client import connect_temporal, sdk_runtime
 from worker.observability import configure_logging, configure_tracing
 from worker.runtime import (
@@ -51,7 +51,7 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     dsn = settings.require_database_url()
     try:
         pool = await create_pool(dsn, min_size=2, max_size=20)
-    except (OSError, TimeoutError, OverflowError, asyncpg.PostgresError) as exc:
+    except CONNECT_ERRORS as exc:
         raise DependencyUnavailable("postgres", exc) from exc
     try:
         await ensure_rate_limits(client, pool, settings.task_queue)

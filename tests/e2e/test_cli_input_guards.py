@@ -127,8 +127,19 @@ def test_a_worker_whose_temporal_is_down_is_exit_5() -> None:
     assert_one_line(run("worker", env=env), 5, "cannot reach Temporal", "$TEMPORAL_ADDRESS")
 
 
-def test_a_worker_whose_postgres_is_down_is_exit_5(temporal_server: TemporalDevServer) -> None:
-    env = {"DATABASE_URL": down_dsn(), "TEMPORAL_ADDRESS": temporal_server.address}
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        pytest.param(None, id="down"),
+        # A DSN asyncpg cannot read (ValueError): exit 1, "unexpected error", before.
+        pytest.param("garbage-s3cret", id="not-a-dsn"),
+        pytest.param("postgresql://u:s3cret@127.0.0.1:notaport/x", id="bad-port"),
+    ],
+)
+def test_a_worker_whose_postgres_cannot_be_used_is_exit_5(
+    temporal_server: TemporalDevServer, dsn: str | None
+) -> None:
+    env = {"DATABASE_URL": dsn or down_dsn(), "TEMPORAL_ADDRESS": temporal_server.address}
     line = assert_one_line(run("worker", env=env), 5, "cannot reach Postgres", "$DATABASE_URL")
     assert "s3cret" not in line
 
