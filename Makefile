@@ -29,8 +29,12 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Two test processes, each with its own Postgres, Temporal dev server and sandbox (the
+# session fixtures): most of the suite waits on timers and servers, so two cut the wall
+# time on this 2-core box from 18 to 11.5 minutes. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 test: lint pytest
 
