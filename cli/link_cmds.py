@@ -11,7 +11,6 @@ import typer
 from pydantic import TypeAdapter
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from cli import link_views
 from cli.database import AsJson, DatabaseUrl, connect_postgres, resolve_dsn
@@ -102,12 +101,7 @@ def _print(rows: list[dict[str, Any]], as_json: bool, title: str) -> None:
     if as_json:
         console.print_json(json.dumps(rows, default=str))
         return
-    table = Table(title=title)
-    for column in rows[0] if rows else ["(none)"]:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(str(v) if v is not None else "" for v in row.values()))
-    console.print(table)
+    link_views.print_rows(rows, title)
 
 
 def register(app: typer.Typer) -> None:
@@ -174,15 +168,23 @@ def register(app: typer.Typer) -> None:
         _print(rows, as_json, "attempts")
 
     @attempts.command("show")
-    def attempts_show(attempt_id: str, database_url: DatabaseUrl = None) -> None:
-        """One attempt row in full and its send journal (every try, JRN-1), as JSON."""
+    def attempts_show(
+        attempt_id: str, database_url: DatabaseUrl = None, as_json: AsJson = False
+    ) -> None:
+        """One attempt row in full and its send journal (every try, JRN-1)."""
         found = asyncio.run(_attempt_and_journal(resolve_dsn(database_url), attempt_id))
         if found is None:
             fail(escape(f"no attempt {attempt_id!r}"), code=2)
         attempt, journal = found
         landed = sum(1 for t in journal if t["may_have_landed"])
-        data = {"attempt": attempt, "send_journal": journal, "tries_may_have_landed": landed}
-        console.print_json(json.dumps(data, default=str))
+        if as_json:
+            data = {"attempt": attempt, "send_journal": journal, "tries_may_have_landed": landed}
+            console.print_json(json.dumps(data, default=str))
+            return
+        fields = [{"field": k, "value": v} for k, v in attempt.items()]
+        link_views.print_rows(fields, f"attempt #{attempt['attempt_ordinal']}")
+        link_views.print_rows(journal, "send journal")
+        console.print(f"tries that may have landed: {landed} of {len(journal)}")
 
     link_views.register(links)
     app.add_typer(links, name="links")

@@ -98,23 +98,24 @@ def _print_show(view: dict[str, Any]) -> None:
     if view["link"] is None:
         console.print("link: no link yet (a create is pending, parked or failed)")
     else:
-        _table([{"field": k, "value": v} for k, v in view["link"].items()], f"link {key}")
+        print_rows([{"field": k, "value": v} for k, v in view["link"].items()], f"link {key}")
     for attempt in view["attempts"]:
         fields = {k: v for k, v in attempt.items() if k != "send_journal"}
-        _table(
+        print_rows(
             [{"field": k, "value": v} for k, v in fields.items()],
             f"attempt #{fields['attempt_ordinal']}",
         )
-        _table(attempt["send_journal"], f"attempt #{fields['attempt_ordinal']} send journal")
+        print_rows(attempt["send_journal"], f"attempt #{fields['attempt_ordinal']} send journal")
     shown, total = len(view["patches"]), view["patches_total"]
     more = f" (newest {shown} of {total}; --all for every one)" if shown < total else ""
-    _table(view["patches"], "PATCHes" + more)
-    _table([t for t in view["send_journal"] if t["patch_id"]], "PATCH send journal")
-    _table(view["drift_findings"], "drift findings")
-    _table(view["operator_actions"], "operator actions")
+    print_rows(view["patches"], "PATCHes" + more)
+    print_rows([t for t in view["send_journal"] if t["patch_id"]], "PATCH send journal")
+    print_rows(view["drift_findings"], "drift findings")
+    print_rows(view["operator_actions"], "operator actions")
 
 
-def _table(rows: list[dict[str, Any]], title: str) -> None:
+def print_rows(rows: list[dict[str, Any]], title: str) -> None:
+    """One rich table of `rows` under `title`; every value printed as given, not as markup."""
     table = Table(title=escape(title))
     for column in rows[0] if rows else ["(none)"]:
         table.add_column(column)
@@ -231,4 +232,4 @@ def register(links: typer.Typer) -> None:
         elif not found:
             console.print("no link key has rows matching that")
         else:
-            _table(found, f"{len(found)} link key(s)")
+            print_rows(found, f"{len(found)} link key(s)")

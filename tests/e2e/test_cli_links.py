@@ -36,12 +36,18 @@ async def test_links_show_prints_findings_and_patch_history(
     ]
     attempt_id = (await stack.attempt(link["link_key"]))["attempt_id"]
     args = ["attempts", "show", str(attempt_id), "--database-url", db_dsn]
-    shown = await asyncio.to_thread(CliRunner().invoke, app, args)
+    shown = await asyncio.to_thread(CliRunner().invoke, app, [*args, "--json"])
     assert shown.exit_code == 0, shown.output
     detail = json.loads(shown.output)
     assert detail["attempt"]["status"] == "finalized"
     assert [t["status"] for t in detail["send_journal"]] == [201]
     assert detail["tries_may_have_landed"] == 1
+    # Without --json: the same facts as tables for a person.
+    table = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert table.exit_code == 0, table.output
+    assert "attempt #1" in table.output and "send journal" in table.output
+    assert "finalized" in table.output
+    assert "tries that may have landed: 1 of 1" in table.output
 
 
 def test_links_show_unknown_key_is_a_clear_error(db_dsn: str) -> None:
