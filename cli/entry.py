@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar
 import asyncpg
 from rich.console import Console
 from temporalio.client import Client
-from temporalio.runtime import Runtime, TelemetryConfig
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig
 
 from cli.database import postgres_error
 from cli.errors import EXIT_UNAVAILABLE, CliError, debug_enabled
@@ -59,6 +59,17 @@ async def admission_pool(dsn: str, max_size: int = 2) -> AsyncIterator[asyncpg.P
         await pool.close()
 
 
+def cli_runtime() -> Runtime:
+    """A Temporal runtime of the command's own (collected by `run_closing_temporal`).
+
+    The SDK core's own log lines (a WARN per retried gRPC call while the server is away)
+    are shown only with --debug: the command's answer is its one line, exit code 5 when
+    Temporal did not answer.
+    """
+    logging = LoggingConfig.default if debug_enabled() else None
+    return Runtime(telemetry=TelemetryConfig(logging=logging))
+
+
 def temporal_error(settings: RuntimeSettings, exc: BaseException) -> CliError:
     """One line: what failed, the setting it came from, what to do (exit 5)."""
     source = (
@@ -81,7 +92,7 @@ async def temporal_client(settings: RuntimeSettings) -> AsyncIterator[Client]:
     Use with `run_closing_temporal`, which drops the runtime before the interpreter
     shuts down (a runtime left to interpreter finalization can crash the exit: 134/139).
     """
-    runtime = Runtime(telemetry=TelemetryConfig())
+    runtime = cli_runtime()
     try:
         async with asyncio.timeout(REQUIRED_CONNECT_TIMEOUT_S):
             client = await connect_temporal(settings, runtime)
@@ -109,7 +120,7 @@ async def connect_best_effort(settings: RuntimeSettings) -> Client | None:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             # A runtime of its own, collected by `run_closing_temporal` (the default
             # runtime lives until interpreter shutdown, where its exit can crash).
-            return await connect_temporal(settings, Runtime(telemetry=TelemetryConfig()))
+            return await connect_temporal(settings, cli_runtime())
     except Exception:  # any failure to connect: the relay covers the wake-up
         warn_deferred()
         return None

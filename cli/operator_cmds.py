@@ -23,13 +23,19 @@ import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    RPCTimeoutOrCancelledError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import FailureError
+from temporalio.service import RPCError
 
 from activities.wake import link_facts
 from cli.database import AsJson, DatabaseUrl, open_connection, resolve_dsn
 from cli.entry import run_closing_temporal, runtime_settings, temporal_client
-from cli.errors import EXIT_BAD_INPUT, CliError, fail
+from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail
 from db.link_rows import link_key_known
 from protocol.identity import is_link_key
 from protocol.messages import (
@@ -168,6 +174,8 @@ def _invoke(
         result = run_closing_temporal(run_action(update, link_key, request, task_queue, dsn))
     except OperatorRefused as refused:
         fail(escape(f"{update.__name__} refused: {refused}"))
+    except (RPCError, RPCTimeoutOrCancelledError) as error:
+        raise _unanswered(update.__name__, link_key, error) from None
     if as_json:
         console.print_json(result.model_dump_json())
         return
@@ -177,6 +185,20 @@ def _invoke(
         f"link {view.link_status or 'none'} remote id {view.remote_id or '-'}; "
         f"attempt #{view.attempt_ordinal or '-'} {view.attempt_status or 'none'}",
         highlight=False,
+    )
+
+
+def _unanswered(action: str, link_key: str, error: Exception) -> CliError:
+    """Temporal failed a call after the connect (restarting, overloaded, no answer in time):
+    exit 5, one line. The update id is deterministic, so the same command run again returns
+    the first answer if this one was applied (module doc)."""
+    status = error.status.name if isinstance(error, RPCError) else "TIMEOUT"
+    detail = " ".join(str(error).split()) or type(error).__name__
+    return CliError(
+        f"Temporal did not finish {action} on {link_key} ({status}: {detail}); it may or may "
+        "not have been applied: run the same command again (it is applied at most once) or "
+        f"see `connector-push links show {link_key}`",
+        EXIT_UNAVAILABLE,
     )
 
 

@@ -12,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from temporalio.runtime import Runtime, TelemetryConfig
 
 from activities.packs import (
     ActivePack,
@@ -25,7 +24,7 @@ from activities.packs import (
 from activities.rate_limit import ensure_fairness_limit
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
-from cli.entry import run_closing_temporal
+from cli.entry import cli_runtime, run_closing_temporal
 from cli.errors import fail
 from db import packs as q
 from db.records import Conn
@@ -109,7 +108,7 @@ async def _set_rate_limits(rates: dict[str, float]) -> str:
         return "rate limits: TEMPORAL_ADDRESS is not set; the worker sets them at start"
     try:
         async with asyncio.timeout(RATE_LIMIT_SYNC_TIMEOUT_S):
-            client = await connect_temporal(settings, Runtime(telemetry=TelemetryConfig()))
+            client = await connect_temporal(settings, cli_runtime())
             await ensure_fairness_limit(client, settings.task_queue)
     except Exception as exc:  # any failure leaves the apply standing: the worker retries
         reason = f"{type(exc).__name__}: {exc}"

@@ -10,15 +10,19 @@ import asyncio
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
 
-from cli.stack.devconfig import REPO_ROOT
-from cli.stack.process import free_port
+from cli.stack.devconfig import REPO_ROOT, load_dev_config
+from cli.stack.process import free_port, free_ports
 from cli.stack.temporal import TemporalDevServer
 from sandbox.faults import FaultRuleSpec
 from tests.e2e.conftest import Stack, contact_key
 from tests.e2e.support import eventually
+from worker.crm import workflow_id
 
 # The issue asks for 20 runs of each command; 100 processes are ~4 min of CPU, so the
 # suite (which CI runs on every landing) takes 5 of each and a release check takes 20:
@@ -112,3 +116,52 @@ async def test_temporal_down_is_one_line_exit_5(
     assert "Traceback" not in output
     [line] = output.strip().splitlines()
     assert "cannot reach Temporal" in line and "$TEMPORAL_ADDRESS" in line, line
+
+
+async def test_temporal_gone_mid_action_is_one_line_exit_5(
+    stack: Stack, db_dsn: str, tmp_path: Path
+) -> None:
+    """Connected, then Temporal stops answering (chaos saw "RPCError: Timeout expired" and
+    "transport error" as exit 1, "unexpected error"): exit 5, one line that says the
+    action may have been applied and how to find out."""
+    await stack.push("c-001")
+    key = contact_key("c-001")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    frontend, ui = free_ports(2)
+    config = load_dev_config().temporal.model_copy(
+        update={"frontend_port": frontend, "ui_port": ui}
+    )
+    server = TemporalDevServer(
+        config=config, db_file=tmp_path / "t.sqlite", log_path=tmp_path / "t.log", ui=False
+    )
+    server.start()
+    try:
+        await server.wait_ready()
+        client = await Client.connect(server.address, namespace=config.namespace)
+        # A task queue no worker polls: the wake starts the run, whose state query then
+        # waits for a worker that never comes, until the server goes away.
+        env = {
+            "DATABASE_URL": db_dsn,
+            "TEMPORAL_ADDRESS": server.address,
+            "TEMPORAL_NAMESPACE": config.namespace,
+            "CONNECTOR_PUSH_TASK_QUEUE": "nobody-polls-this",
+        }
+        action = asyncio.create_task(run(env, "retire", key, *WHO))
+        handle = client.get_workflow_handle(workflow_id(key))
+
+        async def started() -> bool:
+            try:
+                await handle.describe()
+            except RPCError:
+                return False
+            return True
+
+        await eventually(started, bool, timeout_s=60)
+    finally:
+        server.stop()
+    code, output = await asyncio.wait_for(action, 120)
+    assert code == 5, output
+    assert "Traceback" not in output
+    [line] = output.strip().splitlines()
+    assert "Temporal did not finish retire" in line, line
+    assert f"connector-push links show {key}" in line, line
