@@ -17,9 +17,11 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 import typer
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
@@ -47,6 +49,27 @@ class CliError(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+_S = TypeVar("_S", bound=BaseSettings)
+
+
+def load_settings(model: type[_S]) -> _S:
+    """`model()` from the environment, or exit 5 naming the variable that broke its rule
+    (never its value: DSNs and keys are secrets)."""
+    try:
+        return model()
+    except ValidationError as error:
+        first = error.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else "environment"
+        field = model.model_fields.get(name)
+        alias = field.validation_alias if field else None
+        prefix = model.model_config.get("env_prefix", "")
+        variable = alias if isinstance(alias, str) else f"{prefix}{name}".upper()
+        raise CliError(
+            f"{variable}: {first['msg']}; fix the variable (values are not shown)",
+            EXIT_UNAVAILABLE,
+        ) from None
 
 
 def debug_enabled() -> bool:

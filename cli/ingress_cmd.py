@@ -12,8 +12,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli.database import bad_input, read_text_file
-from cli.errors import fail
-from ingress.config import ConfigError, PolicyLocation, parse_policy, readback
+from cli.errors import EXIT_UNAVAILABLE, CliError, fail, load_settings
+from ingress.admission import DatabaseUrlUnreadable
+from ingress.config import ConfigError, IngressSettings, PolicyLocation, parse_policy, readback
 from ingress.server import serve
 
 ConfigOption = Annotated[
@@ -64,8 +65,12 @@ def register(app: typer.Typer) -> None:
         """Serve the ingress (needs DATABASE_URL and the secrets the policy names)."""
         ctx.obj = config
         if ctx.invoked_subcommand is None:
+            path = _policy_path(config)
+            settings = load_settings(IngressSettings)
             try:
-                serve(_policy_path(config))
+                serve(path, settings)
+            except DatabaseUrlUnreadable as exc:
+                raise CliError(str(exc), EXIT_UNAVAILABLE) from None
             except ConfigError as exc:
                 fail(escape(str(exc)))
 

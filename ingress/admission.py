@@ -20,6 +20,7 @@ from db.ingress_queries import (
     insert_receipts,
     select_one,
 )
+from ingress.config import ConfigError
 from ingress.errors import DropReason, Unavailable
 from ingress.group_commit import GroupCommitter
 from ingress.logthrottle import ThrottledLog
@@ -38,6 +39,36 @@ def _unavailable(exc: Exception) -> Unavailable:
     ):
         return Unavailable(DropReason.ADMISSION_FAILED)
     return Unavailable(DropReason.DATABASE_UNAVAILABLE)
+
+
+PROBE_TIMEOUT_S: Final = 2.0
+
+
+class DatabaseUrlUnreadable(ConfigError):
+    """`DATABASE_URL` is not a DSN asyncpg can read: no connection could ever be made."""
+
+
+def check_database_url(dsn: str) -> None:
+    """Refuse, before serving, a DSN asyncpg cannot read (the lazy pool below would answer
+    503 for ever). A server that is down, slow or refusing is not refused here: the
+    ingress comes up and answers 503 until Postgres is back (ING-5)."""
+
+    async def probe() -> None:
+        conn = await asyncio.wait_for(asyncpg.connect(dsn), PROBE_TIMEOUT_S)
+        await conn.close()
+
+    try:
+        asyncio.run(probe())
+    except (ValueError, OverflowError):  # asyncpg's ClientConfigurationError is a ValueError
+        raise DatabaseUrlUnreadable(
+            "DATABASE_URL is not a DSN Postgres's driver can read "
+            "(postgresql://user:password@host:port/database); fix the variable "
+            "(its value is not shown)"
+        ) from None
+    except Exception as exc:  # down, slow, refused: serve, and answer 503 until it is back
+        log.warning(
+            "Postgres not usable at start (%s); answering 503 until it is", type(exc).__name__
+        )
 
 
 class Admitter:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Final
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from ingress.admission import check_database_url
 from ingress.app import create_app
 from ingress.config import ConfigError, IngressSettings, load_config
 from protocol.ingress_policy import IngressPolicy
@@ -110,15 +111,16 @@ def _start_siblings(config_path: Path, count: int) -> list[subprocess.Popen[byte
     return [subprocess.Popen(command, env=env) for _ in range(count)]
 
 
-def serve(config_path: Path | None = None) -> None:
+def serve(config_path: Path | None = None, settings: IngressSettings | None = None) -> None:
     """Load settings and policy once, then serve until interrupted (with
     `CONNECTOR_PUSH_INGRESS_PROCESSES` > 1, that many processes share the port)."""
-    settings = IngressSettings()
+    settings = settings or IngressSettings()
     path = config_path or settings.config
     if path is None:
         raise ConfigError("no ingress policy: pass --config or set CONNECTOR_PUSH_INGRESS_CONFIG")
     config = load_config(path)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    check_database_url(settings.database_url.get_secret_value())
     app = create_app(
         config, settings.database_url.get_secret_value(), temporal=settings.temporal_target()
     )

@@ -149,3 +149,33 @@ def test_a_status_filter_outside_the_lifecycle_is_exit_2_not_an_empty_list() -> 
         result = run(*command, "--status", "bogus", env={"DATABASE_URL": down_dsn()})
         assert result.returncode == 2, result.stderr
         assert "'bogus' is not one of" in " ".join(result.stderr.split()), result.stderr
+
+
+# The demo policy's secrets, so the ingress gets as far as its database settings.
+INGRESS_SECRETS = {
+    "DEMO_WEBHOOK_SECRET": "w",
+    "DEMO_ACTION_SECRET": "a",
+    "DEMO_SAVE_API_KEY": "k",
+    "CONNECTOR_PUSH_INGRESS_PORT": "1",  # never bound: each case exits before serving
+}
+INGRESS = ["ingress", "--config", str(Path("examples") / "ingress.yaml")]
+
+
+def test_an_ingress_without_database_url_is_exit_5_naming_it() -> None:
+    # Was "unexpected error: ValidationError ... Field required", exit 1.
+    assert_one_line(run(*INGRESS, env=INGRESS_SECRETS), 5, "DATABASE_URL", "fix the variable")
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        pytest.param("garbage-s3cret", id="not-a-dsn"),
+        pytest.param("postgresql://u:s3cret@127.0.0.1:notaport/x", id="bad-port"),
+        pytest.param("postgresql://u:s3cret@127.0.0.1:99999/x", id="port-out-of-range"),
+    ],
+)
+def test_an_ingress_whose_database_url_cannot_be_read_refuses_to_start(dsn: str) -> None:
+    # Was: the ingress came up and answered 503 for ever (its pool connects lazily).
+    env = {**INGRESS_SECRETS, "DATABASE_URL": dsn}
+    line = assert_one_line(run(*INGRESS, env=env), 5, "DATABASE_URL is not a DSN")
+    assert "s3cret" not in line
