@@ -15,14 +15,13 @@ from enum import StrEnum
 from typing import Final
 
 import asyncpg
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from db import audit as audit_q
 from db import packs as packs_q
 from db import revalidation as q
 from db.records import Conn
 from protocol.active import resolve_active
-from protocol.audit import AuditCommand, AuditEntry
+from protocol.audit import AuditCommand
 from protocol.manifest import ManifestInvalid, PackManifest
 from protocol.manifest import parse_manifest as parse_pack_manifest
 from protocol.revalidation import (
@@ -37,7 +36,6 @@ from protocol.revalidation import (
     Rejected,
     RevalidationManifest,
     RevalidationMember,
-    RevalidationReceipt,
     RevalidationResult,
     build_manifest,
     decide_bound,
@@ -273,10 +271,15 @@ async def _write(
         moved = await q.move_links_mapping(conn, page, read_at, manifest.operation_id, who)
         for member in page:
             _check_moved(member.link_key, moved.get(member.link_key))
-        entries = [_audit_entry(manifest, r) for r in receipts[start : start + PAGE]]
-        await audit_q.append_many(conn, entries)
-        for member in page:
             on_step(Phase.WRITTEN, member.link_key)
+    # OPS-2: the approver is who acted; each entry's before/after is its receipt's.
+    approval = manifest.approval
+    await q.audit_operation(
+        conn,
+        manifest.operation_id,
+        AuditCommand.REVALIDATE_APPLY,
+        (approval.approved_by, approval.reason, approval.approval_reference),
+    )
 
 
 def _check_moved(link_key: str, as_planned: bool | None) -> None:
@@ -287,44 +290,6 @@ def _check_moved(link_key: str, as_planned: bool | None) -> None:
             "compare-and-set matched no row" if as_planned is None else "row changed under its lock"
         )
         raise _CasLost(Conflict(link_key=link_key, reason=ConflictReason.CAS_LOST, detail=detail))
-
-
-def _audit_entry(manifest: RevalidationManifest, receipt: RevalidationReceipt) -> AuditEntry:
-    """OPS-2: the approver is who acted; the receipt holds the exact before/after."""
-    approval, r = manifest.approval, receipt
-    return AuditEntry(
-        operator=approval.approved_by,
-        reason=approval.reason,
-        command=AuditCommand.REVALIDATE_APPLY,
-        link_key=r.link_key,
-        arguments={
-            "operation_id": manifest.operation_id,
-            "approval_reference": approval.approval_reference,
-            "manifest_digest": manifest.manifest_digest,
-        },
-        state_before=_fingerprint_state(
-            (r.old_mapping_fingerprint, r.old_body_fingerprint),
-            r.old_pack_install_id,
-            r.previous_operation_id,
-        ),
-        state_after=_fingerprint_state(
-            (r.new_mapping_fingerprint, r.new_body_fingerprint),
-            r.new_pack_install_id,
-            r.operation_id,
-        ),
-        outcome=f"revalidated by {manifest.operation_id}",
-    )
-
-
-def _fingerprint_state(
-    fingerprints: tuple[str, str], install: str, operation: str | None
-) -> JsonValue:
-    return {
-        "mapping_fingerprint": fingerprints[0],
-        "body_fingerprint": fingerprints[1],
-        "last_validated_pack_install_id": install,
-        "revalidation_operation_id": operation,
-    }
 
 
 # -- planning (read-only: release engineers' plan -> validate -> apply) ------------------

@@ -17,7 +17,6 @@ from asyncpg import Record
 from db.records import Conn
 from protocol.revalidation import (
     MOVED_COLUMNS,
-    ROW_DIGEST_EXCLUDED_COLUMNS,
     LinkRowState,
     RevalidationMember,
     RevalidationReceipt,
@@ -124,9 +123,18 @@ SELECT * FROM unnest(
 # still finalized with the old tuple and the expected pointer; the receipt named by the new
 # pointer must already exist. A member whose row does not match is simply not returned.
 # `as_planned` says the moved row is that tuple with exactly the planned values in the
-# moved columns: every other column outside $13 (the moved and the digest-excluded ones)
-# is as it was, so no trigger rewrote a digested column on the way.
-MOVE_LINKS_MAPPING: Final = """
+# moved columns: every other digested column is as it was, so no trigger rewrote one on
+# the way. The digested columns are `LinkRowState`'s fields (a db test holds every column
+# to digested-or-excluded), compared as one row: two to_jsonb of the whole row per member
+# cost apply about 5 s per 100,000 links (issue 16, P4).
+_KEPT_COLUMNS: Final = sorted(set(LinkRowState.model_fields) - MOVED_COLUMNS)
+
+
+def _kept(row: str) -> str:
+    return ", ".join(f"{row}.{column}" for column in _KEPT_COLUMNS)
+
+
+MOVE_LINKS_MAPPING: Final = f"""
 UPDATE connector_remote_link
 SET mapping_fingerprint = m.new_mapping, body_fingerprint = m.new_body,
     last_validated_pack_install_id = m.new_install,
@@ -142,10 +150,33 @@ WHERE link_key = m.member_key AND row_version = m.read_version AND status = 'fin
   AND last_validated_pack_install_id = m.old_install
   AND last_mapping_revalidation_operation_id IS NOT DISTINCT FROM m.expected_operation
 RETURNING new.link_key,
-    to_jsonb(new) - $13::text[] = to_jsonb(old) - $13::text[]
+    ({_kept("new")}) IS NOT DISTINCT FROM ({_kept("old")})
     AND new.mapping_fingerprint = m.new_mapping AND new.body_fingerprint = m.new_body
     AND new.last_validated_pack_install_id = m.new_install
     AND new.last_mapping_revalidation_operation_id = $2 AS as_planned
+"""
+
+# OPS-2: one audit entry per member, read back from the receipts this operation just wrote
+# (their exact before/after), in link-key order: one statement, no per-member Python (P4).
+# The approver is who acted; the command is AuditCommand.REVALIDATE_APPLY ($2).
+INSERT_OPERATION_AUDIT: Final = """
+INSERT INTO connector_operator_audit
+    (operator, reason, command, link_key, arguments, state_before, state_after, outcome)
+SELECT $3, $4, $2, r.link_key,
+    jsonb_build_object('operation_id', r.operation_id, 'approval_reference', $5::text,
+                       'manifest_digest', r.manifest_digest),
+    jsonb_build_object('mapping_fingerprint', r.old_mapping_fingerprint,
+                       'body_fingerprint', r.old_body_fingerprint,
+                       'last_validated_pack_install_id', r.old_pack_install_id::text,
+                       'revalidation_operation_id', r.previous_operation_id),
+    jsonb_build_object('mapping_fingerprint', r.new_mapping_fingerprint,
+                       'body_fingerprint', r.new_body_fingerprint,
+                       'last_validated_pack_install_id', r.new_pack_install_id::text,
+                       'revalidation_operation_id', r.operation_id),
+    'revalidated by ' || r.operation_id
+FROM connector_link_revalidation_receipt r
+WHERE r.operation_id = $1
+ORDER BY r.link_key COLLATE "C"
 """
 
 # What Postgres sizes its shared lock table by: about max_locks_per_transaction slots per
@@ -154,9 +185,6 @@ LOCK_TABLE_SETTINGS: Final = """
 SELECT current_setting('max_locks_per_transaction')::int AS per_transaction,
        current_setting('max_connections')::int AS connections
 """
-
-# The columns `as_planned` does not compare with the old row.
-_UNCOMPARED_COLUMNS: Final = sorted(MOVED_COLUMNS | ROW_DIGEST_EXCLUDED_COLUMNS)
 
 
 def _link_state(row: Record) -> LinkRowState:
@@ -288,6 +316,14 @@ async def move_links_mapping(
         [m.old_body_fingerprint for m in members],
         [m.old_pack_install_id for m in members],
         [m.expected_revalidation_operation_id for m in members],
-        operator[0], operator[1], read_versions, _UNCOMPARED_COLUMNS,
+        operator[0], operator[1], read_versions,
     )  # fmt: skip
     return {row["link_key"]: row["as_planned"] for row in rows}
+
+
+async def audit_operation(
+    conn: Conn, operation_id: str, command: str, approval: tuple[str, str, str]
+) -> None:
+    """Append one audit entry per receipt of `operation_id`, in the caller's transaction
+    (approval: who, why, reference)."""
+    await conn.execute(INSERT_OPERATION_AUDIT, operation_id, command, *approval)
