@@ -104,19 +104,18 @@ SELECT {_RECEIPT} FROM connector_link_revalidation_receipt
 WHERE operation_id = $1 ORDER BY link_key COLLATE "C"
 """
 
-INSERT_RECEIPTS: Final = """
-INSERT INTO connector_link_revalidation_receipt (
-    operation_id, link_key, manifest_digest, approval_digest, mapping_fingerprint_algorithm,
-    body_fingerprint_algorithm, old_mapping_fingerprint, new_mapping_fingerprint,
-    old_body_fingerprint, new_body_fingerprint, old_pack_install_id, new_pack_install_id,
-    previous_operation_id, before_row_digest, after_row_digest
-)
-SELECT * FROM unnest(
-    $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-    $8::text[], $9::text[], $10::text[], $11::uuid[], $12::uuid[], $13::text[], $14::text[],
-    $15::text[]
-)
-"""
+# The receipt columns a revalidation writes (created_at takes its default), in the order
+# `_receipt_params` gives them. Written by binary COPY: about twice as fast as INSERT from
+# fifteen unnested arrays at 100,000 receipts (issue 16, P4); the table's constraints
+# (primary key, foreign key to the link) and triggers hold as for any INSERT.
+RECEIPT_COLUMNS: Final = (
+    "operation_id", "link_key", "manifest_digest", "approval_digest",
+    "mapping_fingerprint_algorithm", "body_fingerprint_algorithm",
+    "old_mapping_fingerprint", "new_mapping_fingerprint",
+    "old_body_fingerprint", "new_body_fingerprint",
+    "old_pack_install_id", "new_pack_install_id",
+    "previous_operation_id", "before_row_digest", "after_row_digest",
+)  # fmt: skip
 
 # Compare-and-set per member on the exact tuple read under its lock: its row_version
 # (touch_versioned_row bumps it on every UPDATE, so no write of any kind came between), and
@@ -279,8 +278,11 @@ async def pointer_receipts(conn: Conn, pointers: dict[str, str]) -> dict[str, Re
 
 
 async def insert_receipts(conn: Conn, receipts: list[RevalidationReceipt]) -> None:
-    columns = zip(*(_receipt_params(r) for r in receipts), strict=True)
-    await conn.execute(INSERT_RECEIPTS, *(list(column) for column in columns))
+    await conn.copy_records_to_table(
+        "connector_link_revalidation_receipt",
+        columns=RECEIPT_COLUMNS,
+        records=[_receipt_params(r) for r in receipts],
+    )
 
 
 def _receipt_params(r: RevalidationReceipt) -> tuple[object, ...]:
