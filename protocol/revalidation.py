@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 from functools import cached_property
-from typing import Annotated, Final, Literal, assert_never
+from typing import Annotated, Final, Literal, NamedTuple, assert_never
 
 from pydantic import (
     AfterValidator,
@@ -483,27 +483,45 @@ class Rejected(_Value):
 Decision = Annotated[Apply | AlreadyApplied | Rejected, Field(discriminator="kind")]
 
 
+class Judgement(NamedTuple):
+    """One member judged as part of a new operation: its conflicts, or (none) its receipt."""
+
+    conflicts: tuple[Conflict, ...]
+    receipt: RevalidationReceipt | None
+
+
+def judge_new_member(
+    manifest: RevalidationManifest, member: RevalidationMember, lock: LockedMember
+) -> Judgement:
+    """Invariants 2-3 for one member of a new operation. The costly part of `decide` (the
+    row digest and the projected receipt's), so a caller may judge each page of members
+    as it is locked, while the next page's locks are taken (issue 16, P4)."""
+    conflicts = tuple(_new_member_conflicts(member, lock))
+    if conflicts or lock.row is None:
+        return Judgement(conflicts, None)
+    # No conflict: the row's digest is the member's expected one, checked just now.
+    return Judgement((), project_receipt(manifest, member, lock.row, member.expected_row_digest))
+
+
 def decide(
     manifest: RevalidationManifest,
     locked: Sequence[LockedMember],
     receipts: Sequence[RevalidationReceipt],
+    judged: Sequence[Judgement] | None = None,
 ) -> Decision:
-    """Invariants 3-5. `receipts` are those already written under the operation id."""
+    """Invariants 3-5. `receipts` are those already written under the operation id;
+    `judged`, when given, is `judge_new_member` of each member, in the members' order."""
     assert [m.link_key for m in manifest.members] == [m.link_key for m in locked]
     pairs = list(zip(manifest.members, locked, strict=True))
     if receipts:
         return _verify_retry(manifest, pairs, receipts)
-    conflicts = [c for member, lock in pairs for c in _new_member_conflicts(member, lock)]
+    if judged is None:
+        judged = [judge_new_member(manifest, member, lock) for member, lock in pairs]
+    assert len(judged) == len(pairs)
+    conflicts = [c for judgement in judged for c in judgement.conflicts]
     if conflicts:
         return Rejected(conflicts=tuple(conflicts))
-    # No conflict: every row's digest is the member's expected one, checked just now.
-    return Apply(
-        receipts=tuple(
-            project_receipt(manifest, m, lock.row, m.expected_row_digest)
-            for m, lock in pairs
-            if lock.row
-        )
-    )
+    return Apply(receipts=tuple(j.receipt for j in judged if j.receipt is not None))
 
 
 def _conflict(key: str, reason: ConflictReason, detail: str) -> Conflict:
@@ -522,6 +540,7 @@ def decide_bound(
     locked: Sequence[LockedMember],
     receipts: Sequence[RevalidationReceipt],
     produced: Mapping[str, InstallFingerprints | None],
+    judged: Sequence[Judgement] | None = None,
 ) -> Decision:
     """`decide`, after binding every member's new fingerprints to its new install.
 
@@ -534,7 +553,7 @@ def decide_bound(
              for c in _binding_conflicts(m, lock, produced.get(m.link_key))]  # fmt: skip
     if bound:
         return Rejected(conflicts=tuple(bound))
-    return decide(manifest, locked, receipts)
+    return decide(manifest, locked, receipts, judged)
 
 
 def _binding_conflicts(
