@@ -9,10 +9,12 @@ local records, nor anything remote (REV-3).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from typing import Final, NamedTuple
 
 import asyncpg
 from asyncpg import Record
+from pydantic import JsonValue
 
 from db.records import Conn
 from protocol.revalidation import (
@@ -186,12 +188,20 @@ SELECT current_setting('max_locks_per_transaction')::int AS per_transaction,
 """
 
 
-def _link_state(row: Record) -> LinkRowState:
-    values = dict(row)
-    values.pop("row_version", None)  # read beside the state for the compare-and-set
-    snapshot = values["profile_snapshot"]
-    values["profile_snapshot"] = None if snapshot is None else json.loads(snapshot)
-    return LinkRowState.model_validate(values)
+def _link_states(rows: Iterable[Record]) -> Iterator[LinkRowState]:
+    """The rows as models. A bulk read's links mostly share one profile snapshot, so each
+    distinct snapshot text is parsed once (issue 16, P4); validating copies it into each
+    model, so no two models share it."""
+    snapshots: dict[str, JsonValue] = {}
+    for row in rows:
+        values = dict(row)
+        values.pop("row_version", None)  # read beside the state for the compare-and-set
+        text = values["profile_snapshot"]
+        if text is not None:
+            if text not in snapshots:
+                snapshots[text] = json.loads(text)
+            values["profile_snapshot"] = snapshots[text]
+        yield LinkRowState.model_validate(values)
 
 
 def _receipt(row: Record) -> RevalidationReceipt:
@@ -208,16 +218,16 @@ async def lock_occupancy_key(conn: Conn, link_key: str) -> None:
 
 async def link_state_for_update(conn: Conn, link_key: str) -> LinkRowState | None:
     row = await conn.fetchrow(SELECT_LINK_FOR_UPDATE, link_key)
-    return None if row is None else _link_state(row)
+    return None if row is None else next(_link_states([row]))
 
 
 async def link_states(conn: Conn, link_keys: list[str]) -> list[LinkRowState]:
     """Unlocked reads for planning, in link-key order; absent keys are simply missing."""
-    return [_link_state(row) for row in await conn.fetch(SELECT_LINKS, link_keys)]
+    return list(_link_states(await conn.fetch(SELECT_LINKS, link_keys)))
 
 
 async def finalized_link_states(conn: Conn, owner_key: str) -> list[LinkRowState]:
-    return [_link_state(row) for row in await conn.fetch(SELECT_FINALIZED_LINKS, owner_key)]
+    return list(_link_states(await conn.fetch(SELECT_FINALIZED_LINKS, owner_key)))
 
 
 async def operation_receipts(conn: Conn, operation_id: str) -> list[RevalidationReceipt]:
@@ -260,7 +270,8 @@ class LockedRow(NamedTuple):
 async def link_states_for_update(conn: Conn, link_keys: list[str]) -> dict[str, LockedRow]:
     """The rows of `link_keys` that exist, locked; absent keys are simply missing."""
     rows = await conn.fetch(SELECT_LINKS_FOR_UPDATE, link_keys)
-    return {row["link_key"]: LockedRow(_link_state(row), row["row_version"]) for row in rows}
+    states = zip(rows, _link_states(rows), strict=True)
+    return {state.link_key: LockedRow(state, row["row_version"]) for row, state in states}
 
 
 async def occupying_attempts(conn: Conn, link_keys: list[str]) -> dict[str, tuple[str, ...]]:

@@ -38,7 +38,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from protocol.canonical import digest
+from protocol.canonical import digest, join_members, member_text, object_members, sha256_hex
 from protocol.states import LinkStatus
 
 MANIFEST_FORMAT: Final = "connector-push/mapping-revalidation/v1"
@@ -322,11 +322,32 @@ def link_row_digest(row: LinkRowState) -> str:
     """sha256 of canonical JSON {algorithm, row}: the value a member's expected digest binds."""
     # vars(row) is row.model_dump(mode="json"): every field is already a JSON value
     # (str, None or the JSON snapshot), and skipping the serializer halves the cost (P4).
-    return _row_digest(vars(row))
+    return _members_digest(object_members(vars(row)))
 
 
-def _row_digest(columns: dict[str, JsonValue]) -> str:
-    return digest({"algorithm": ROW_DIGEST_ALGORITHM, "row": columns})
+# The digested document's other member ("algorithm" sorts before "row").
+_ALGORITHM_MEMBER: Final = object_members({"algorithm": ROW_DIGEST_ALGORITHM})
+
+
+def _members_digest(row_members: Mapping[str, str]) -> str:
+    """`link_row_digest` of the row whose `object_members` these are."""
+    document = {**_ALGORITHM_MEMBER, "row": member_text("row", join_members(row_members))}
+    return sha256_hex(join_members(document).encode("utf-8"))
+
+
+class RowDigests(NamedTuple):
+    """A row's `link_row_digest` before and after a member's transition."""
+
+    before: str
+    after: str
+
+
+def _row_digests(row: LinkRowState, member: RevalidationMember, operation_id: str) -> RowDigests:
+    """The digests of `row` and of its after-state, which share every unmoved column's
+    encoding (issue 16, P4: each member of a bulk manifest needs both)."""
+    before = object_members(vars(row))
+    after = {**before, **object_members(_moved(member, operation_id))}
+    return RowDigests(_members_digest(before), _members_digest(after))
 
 
 # The digested columns a revalidation moves (`after_state`); every other one stays as it was.
@@ -407,13 +428,18 @@ class RevalidationReceipt(_Value):
 
 
 def project_receipt(
+    manifest: RevalidationManifest, member: RevalidationMember, before: LinkRowState
+) -> RevalidationReceipt:
+    """The receipt applying `member` to the row `before` writes."""
+    return _receipt(manifest, member, before, _row_digests(before, member, manifest.operation_id))
+
+
+def _receipt(
     manifest: RevalidationManifest,
     member: RevalidationMember,
     before: LinkRowState,
-    before_digest: str | None = None,
+    digests: RowDigests,
 ) -> RevalidationReceipt:
-    """The receipt applying `member` to the row `before` writes (`before_digest`: its
-    digest when the caller has just checked it)."""
     return RevalidationReceipt(
         operation_id=manifest.operation_id,
         link_key=member.link_key,
@@ -428,9 +454,8 @@ def project_receipt(
         old_pack_install_id=member.old_pack_install_id,
         new_pack_install_id=member.new_pack_install_id,
         previous_operation_id=before.last_mapping_revalidation_operation_id,
-        before_row_digest=before_digest or link_row_digest(before),
-        # after_state's digest, without building the model: its columns are these (P4).
-        after_row_digest=_row_digest({**vars(before), **_moved(member, manifest.operation_id)}),
+        before_row_digest=digests.before,
+        after_row_digest=digests.after,
     )
 
 
@@ -496,11 +521,16 @@ def judge_new_member(
     """Invariants 2-3 for one member of a new operation. The costly part of `decide` (the
     row digest and the projected receipt's), so a caller may judge each page of members
     as it is locked, while the next page's locks are taken (issue 16, P4)."""
-    conflicts = tuple(_new_member_conflicts(member, lock))
-    if conflicts or lock.row is None:
+    row = lock.row
+    if row is None:
+        missing = _conflict(member.link_key, ConflictReason.LINK_MISSING, "no link with this key")
+        return Judgement((missing,), None)
+    digests = _row_digests(row, member, manifest.operation_id)
+    conflicts = tuple(_new_member_conflicts(member, lock, row, digests.before))
+    if conflicts:
         return Judgement(conflicts, None)
     # No conflict: the row's digest is the member's expected one, checked just now.
-    return Judgement((), project_receipt(manifest, member, lock.row, member.expected_row_digest))
+    return Judgement((), _receipt(manifest, member, row, digests))
 
 
 def decide(
@@ -574,11 +604,12 @@ def _binding_conflicts(
         yield _conflict(key, reason, f"new_body_fingerprint is not what install {install} produces")
 
 
-def _new_member_conflicts(member: RevalidationMember, lock: LockedMember) -> Iterator[Conflict]:
-    R, key, row = ConflictReason, member.link_key, lock.row
-    if row is None:
-        yield _conflict(key, R.LINK_MISSING, "no link with this key")
-        return
+def _new_member_conflicts(
+    member: RevalidationMember, lock: LockedMember, row: LinkRowState, row_digest: str
+) -> Iterator[Conflict]:
+    """`lock`'s conflicts with `member` as a new operation; `row` is its (existing) row and
+    `row_digest` that row's `link_row_digest`."""
+    R, key = ConflictReason, member.link_key
     if row.status != LinkStatus.FINALIZED:
         yield _conflict(key, R.LINK_NOT_FINALIZED, f"link is {row.status}")
     current = (row.mapping_fingerprint, row.body_fingerprint, row.last_validated_pack_install_id)
@@ -589,7 +620,7 @@ def _new_member_conflicts(member: RevalidationMember, lock: LockedMember) -> Ite
     if pointer != member.expected_revalidation_operation_id:
         yield _conflict(key, R.POINTER_MISMATCH, f"current pointer {pointer!r}")
     yield from _chain_conflicts(row, lock.pointer_receipt)
-    if link_row_digest(row) != member.expected_row_digest:
+    if row_digest != member.expected_row_digest:
         yield _conflict(
             key, R.ROW_DIGEST_MISMATCH, "the link changed since the manifest was planned"
         )
