@@ -11,7 +11,15 @@ import pytest
 from activities import revalidation as revalidation_activity
 from activities.revalidation import Phase, apply, validate
 from db import revalidation as q
-from protocol.revalidation import ConflictReason, RevalidationStatus, link_row_digest
+from protocol.revalidation import (
+    ConflictReason,
+    Judgement,
+    LockedMember,
+    RevalidationManifest,
+    RevalidationMember,
+    RevalidationStatus,
+    link_row_digest,
+)
 from tests.db.rows import insert_attempt
 from tests.db.test_revalidation import Links, plan, state
 from tests.db.test_revalidation import links as links  # the fixture, re-exported
@@ -72,3 +80,34 @@ async def test_a_retry_across_pages_is_verify_only(conn: asyncpg.Connection, lin
     assert again.status is RevalidationStatus.ALREADY_APPLIED
     assert again.receipts == applied.receipts
     assert await state(conn) == after
+
+
+class JudgingBroke(Exception):
+    pass
+
+
+@pytest.mark.parametrize("write", [False, True], ids=["validate", "apply"])
+async def test_a_failure_while_the_next_page_is_being_read_rolls_back_cleanly(
+    conn: asyncpg.Connection, links: Links, monkeypatch: pytest.MonkeyPatch, write: bool
+) -> None:
+    # The first page is judged while the second page's locks are taken (issue 16 P4). A
+    # failure there must wait for that read, roll everything back and surface as itself,
+    # leaving the connection usable: not collide with a statement still running.
+    manifest = await plan(conn, links, links.keys)
+    before = await state(conn)
+    judge = revalidation_activity.judge_new_member
+
+    def judge_or_fail(
+        manifest: RevalidationManifest, member: RevalidationMember, lock: LockedMember
+    ) -> Judgement:
+        if member.link_key == links.keys[1]:  # the first page's last: page 2 is being read
+            raise JudgingBroke(member.link_key)
+        return judge(manifest, member, lock)
+
+    monkeypatch.setattr(revalidation_activity, "judge_new_member", judge_or_fail)
+    with pytest.raises(JudgingBroke):
+        await (apply if write else validate)(conn, manifest)
+    assert not conn.is_in_transaction()
+    assert await state(conn) == before
+    monkeypatch.setattr(revalidation_activity, "judge_new_member", judge)
+    assert (await apply(conn, manifest)).status is RevalidationStatus.APPLIED
