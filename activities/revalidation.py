@@ -308,8 +308,8 @@ async def _write(
     versions: dict[str, int],
     on_step: OnStep,
 ) -> None:
-    members, receipts = manifest.members, decision.receipts
-    who = (manifest.approval.approved_by, manifest.approval.reason)
+    members, receipts, approval = manifest.members, decision.receipts, manifest.approval
+    who = (approval.approved_by, approval.reason)
     for start in range(0, len(members), PAGE):
         page = list(members[start : start + PAGE])
         # The receipts first: the links' new pointers reference them.
@@ -321,12 +321,11 @@ async def _write(
             _check_moved(member.link_key, moved.get(member.link_key))
             on_step(Phase.WRITTEN, member.link_key)
     # OPS-2: the approver is who acted; each entry's before/after is its receipt's.
-    approval = manifest.approval
     await q.audit_operation(
         conn,
         manifest.operation_id,
         AuditCommand.REVALIDATE_APPLY,
-        (approval.approved_by, approval.reason, approval.approval_reference),
+        (*who, approval.approval_reference),
     )
 
 
