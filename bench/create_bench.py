@@ -12,7 +12,7 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 from activities.rate_limit import pack_change_listener, warm_budget_rates
 from activities.record_loader import load_records, parse_records_document
 from bench.actions import billable_actions, total
+from bench.cpu import cpu_seconds, describe, ms_per_unit
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
 from bench.stack import DATABASE, BenchStack, bench_stack, record_id
 from db.pool import create_pool
@@ -91,12 +92,20 @@ def floor_prefix(n: int, first: int) -> str:
     return f"n{n}-{first}"
 
 
-async def floor_rate(client: Client, n: int, prefix: str) -> float:
+@dataclass(frozen=True)
+class Rate:
+    per_s: float
+    cpu_ms: dict[str, float]  # CPU per workflow or create, by component (bench.cpu)
+
+
+async def floor_rate(client: Client, processes: Mapping[str, int], n: int, prefix: str) -> Rate:
     """Floor workflows per second: signal-with-start, one no-op activity, completed."""
     ids = [f"floor/{prefix}/{i}" for i in range(n)]
     async with Worker(client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow],
                       activities=[floor_noop]):  # fmt: skip
-        return n / await _floor_runs(client, ids)
+        before = cpu_seconds(processes)
+        seconds = await _floor_runs(client, ids)
+        return Rate(n / seconds, ms_per_unit(before, cpu_seconds(processes), n))
 
 
 async def floor_actions(client: Client, prefix: str) -> tuple[float, float]:
@@ -160,6 +169,7 @@ class Round:
     creates_per_s: float
     transactions_per_create: float
     link_workflow_ids: list[str]
+    cpu_ms: dict[str, float]  # CPU per create, by component (bench.cpu)
 
 
 async def create_round(client: Client, stack: BenchStack, first: int, n: int) -> Round:
@@ -181,13 +191,15 @@ async def create_round(client: Client, stack: BenchStack, first: int, n: int) ->
                     pool.acquire() as watcher,
                 ):
                     before = await _settled(stats, hold_s=IDLE_FLUSH_S)
+                    cpu_before = cpu_seconds(stack.processes)
                     elapsed, polls, ids = await _creates(client, pool, watcher, first, n)
+                    cpu = ms_per_unit(cpu_before, cpu_seconds(stack.processes), n)
             finally:
                 await pool.close()  # a closing backend flushes its counters at once
             after = await _settled(stats)  # before the listener's connection closes
     finally:
         await stats.close()
-    return Round(n / elapsed, (after - before - polls) / n, ids)
+    return Round(n / elapsed, (after - before - polls) / n, ids, cpu)
 
 
 async def _creates(
@@ -301,17 +313,31 @@ async def action_figures(client: Client, stack: BenchStack, ids: list[str]) -> A
 # -- the run ---------------------------------------------------------------------------
 
 
-async def _p1_round(client: Client, stack: BenchStack, first: int, n: int) -> tuple[float, Round]:
-    log(f"N={n}: floor")
-    floor = await floor_rate(client, n, prefix=floor_prefix(n, first))
-    log(f"N={n}: floor {floor:.1f} workflows/s; creates")
+async def _p1_round(client: Client, stack: BenchStack, first: int, n: int) -> tuple[Rate, Round]:
+    name = f"N={n}"
+    log(f"{name}: floor")
+    floor = await floor_rate(client, stack.processes, n, prefix=floor_prefix(n, first))
+    log(f"{name}: floor {floor.per_s:.1f} workflows/s; creates")
     created = await create_round(client, stack, first, n)
     print(
-        f"N={n}  floor {floor:.1f} workflows/s  creates {created.creates_per_s:.1f}/s  "
-        f"P1 = {created.creates_per_s / floor:.2f} (target >= 0.8)  "
-        f"P2 = {created.transactions_per_create:.2f} transactions/create (target <= 3)"
+        f"{name}  floor {floor.per_s:.1f} workflows/s  creates {created.creates_per_s:.1f}/s  "
+        f"P1 = {created.creates_per_s / floor.per_s:.2f} (target >= 0.8)  "
+        f"P2 = {created.transactions_per_create:.2f} transactions/create (target <= 3)\n"
+        f"  CPU per floor workflow: {describe(floor.cpu_ms)}\n"
+        f"  CPU per create:         {describe(created.cpu_ms)}"
     )
     return floor, created
+
+
+def _p1_figures(name: str, floor: Rate, created: Round) -> dict[str, float]:
+    """`name` (the ratio), both rates, and each side's CPU per unit by component."""
+    return {
+        name: round(created.creates_per_s / floor.per_s, 3),
+        f"{name}_creates_per_s": round(created.creates_per_s, 1),
+        f"{name}_floor_per_s": round(floor.per_s, 1),
+        **{f"{name}_cpu_ms_{part}": ms for part, ms in created.cpu_ms.items()},
+        **{f"{name}_floor_cpu_ms_{part}": ms for part, ms in floor.cpu_ms.items()},
+    }
 
 
 async def run_create_bench(n: int, growth_n: int) -> dict[str, float]:
@@ -319,12 +345,8 @@ async def run_create_bench(n: int, growth_n: int) -> dict[str, float]:
     results: dict[str, float] = {}
     async with bench_stack(n + growth_n) as stack:
         floor, first = await _p1_round(stack.client, stack, 0, n)
-        results |= {
-            "P1": round(first.creates_per_s / floor, 3),
-            "P2": round(first.transactions_per_create, 3),
-            "P1_creates_per_s": round(first.creates_per_s, 1),
-            "P1_floor_per_s": round(floor, 1),
-        }
+        results |= _p1_figures("P1", floor, first)
+        results["P2"] = round(first.transactions_per_create, 3)
         p8 = await action_figures(stack.client, stack, first.link_workflow_ids)
         print(
             f"P8 = {p8.create:.2f} actions/create (target <= 4), {p8.patch:.2f} actions/PATCH "
@@ -339,10 +361,6 @@ async def run_create_bench(n: int, growth_n: int) -> dict[str, float]:
         }
         if growth_n:
             floor_g, grown = await _p1_round(stack.client, stack, n, growth_n)
-            results |= {
-                f"P1_n{growth_n}": round(grown.creates_per_s / floor_g, 3),
-                f"P2_n{growth_n}": round(grown.transactions_per_create, 3),
-                f"P1_n{growth_n}_creates_per_s": round(grown.creates_per_s, 1),
-                f"P1_n{growth_n}_floor_per_s": round(floor_g, 1),
-            }
+            results |= _p1_figures(f"P1_n{growth_n}", floor_g, grown)
+            results[f"P2_n{growth_n}"] = round(grown.transactions_per_create, 3)
     return results

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,8 @@ class BenchStack:
     dsn: str
     admin_dsn: str  # another database on the same server: reading stats there is not counted
     sandbox_url: str
+    # The stack's server processes by component, for the CPU split (bench.cpu).
+    processes: Mapping[str, int]
 
 
 def record_id(i: int) -> str:
@@ -75,8 +77,13 @@ async def _seed(dsn: str, sandbox_url: str, n: int, rate_limited: bool) -> None:
         await conn.close()
 
 
+def _postmaster_pid(pg: EmbeddedPostgres) -> int:
+    """The postmaster's pid: the first line of its data directory's postmaster.pid."""
+    return int((pg.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
 @contextmanager
-def _sandbox_process(port: int, log: Path) -> Iterator[str]:
+def _sandbox_process(port: int, log: Path) -> Iterator[tuple[str, int]]:
     """The sandbox in its own process, so it does not share the worker's interpreter lock
     (in a thread it would slow the product and flatter the floor)."""
     config = EXAMPLES / "sandbox.yaml"
@@ -92,7 +99,7 @@ def _sandbox_process(port: int, log: Path) -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"sandbox did not start; see {log}")
             time.sleep(0.1)
-        yield url
+        yield url, process.pid
     finally:
         stop_process(process, 30)
 
@@ -124,7 +131,7 @@ async def bench_stack(n: int, rate_limited: bool = True) -> AsyncIterator[BenchS
         pg.start()
         temporal.start()
         try:
-            with _sandbox_process(sandbox_port, root / "sandbox.log") as sandbox_url:
+            with _sandbox_process(sandbox_port, root / "sandbox.log") as (sandbox_url, sandbox_pid):
                 admin = await asyncpg.connect(pg.dsn("postgres"))
                 await admin.execute(f'CREATE DATABASE "{DATABASE}"')
                 await admin.close()
@@ -136,8 +143,14 @@ async def bench_stack(n: int, rate_limited: bool = True) -> AsyncIterator[BenchS
                     namespace=temporal_config.namespace,
                     data_converter=pydantic_data_converter,
                 )
+                assert temporal.pid is not None  # started above
+                processes = {"temporal": temporal.pid, "postgres": _postmaster_pid(pg)}
                 yield BenchStack(
-                    client=client, dsn=dsn, admin_dsn=pg.dsn("postgres"), sandbox_url=sandbox_url
+                    client=client,
+                    dsn=dsn,
+                    admin_dsn=pg.dsn("postgres"),
+                    sandbox_url=sandbox_url,
+                    processes={**processes, "sandbox": sandbox_pid},
                 )
         finally:
             temporal.stop()

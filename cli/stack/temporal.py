@@ -52,6 +52,11 @@ class TemporalDevServer:
         return self.config.address
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id once started (the benchmarks read its CPU time)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def ui_url(self) -> str:
         return f"http://{self.config.frontend_ip}:{self.config.ui_port}"
 
