@@ -43,9 +43,9 @@ def _tree_seconds(root: int, parents: Mapping[int, int], seconds: Mapping[int, f
     return total
 
 
-def cpu_seconds(roots: Mapping[str, int]) -> dict[str, float] | None:
-    """CPU seconds so far of each named process tree, and of this process under `SELF`;
-    None where /proc cannot be read."""
+def cpu_seconds(roots: Mapping[str, int], own: bool = True) -> dict[str, float] | None:
+    """CPU seconds so far of each named process tree, and (`own`) of this process under
+    `SELF`; None where /proc cannot be read."""
     if not (PROC / "self" / "stat").exists():
         return None
     parents: dict[int, int] = {}
@@ -55,7 +55,8 @@ def cpu_seconds(roots: Mapping[str, int]) -> dict[str, float] | None:
             parents[int(entry.name)], seconds[int(entry.name)] = stat
     times = os.times()
     result = {name: _tree_seconds(pid, parents, seconds) for name, pid in roots.items()}
-    result[SELF] = times.user + times.system  # not its children: the stack's servers
+    if own:
+        result[SELF] = times.user + times.system  # not its children: the stack's servers
     return result
 
 

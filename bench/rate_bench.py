@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import re
@@ -38,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from activities.packs import apply_pack
+from bench.cpu import cpu_seconds
 from bench.ingress_bench import ROOT, record
 from bench.stack import DATABASE, EXAMPLES, BenchStack, bench_stack
 from cli.stack.process import stop_process
@@ -196,89 +196,23 @@ def run_push(stack: BenchStack, setup: Setup) -> tuple[dict[str, object], float]
 # -- where the CPU went (Linux /proc): the machine is shared, so say who used it ----------
 
 
-def _stat(pid: int) -> list[str]:
-    """/proc/PID/stat after the command name: [state, ppid, ...] (fields 3 onwards)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
-def _cpu_ticks(pid: int, reaped_children: bool = False) -> int:
-    """utime + stime, plus the CPU of children it reaped (Postgres reaps its backends)."""
-    try:
-        fields = _stat(pid)
-    except (FileNotFoundError, ProcessLookupError):
-        return 0
-    own = int(fields[11]) + int(fields[12])
-    return own + (int(fields[13]) + int(fields[14]) if reaped_children else 0)
-
-
-def _pids_with(*tokens: str) -> list[int]:
-    """Processes whose command line holds every token (as whole arguments)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        words = [a.decode(errors="replace") for a in args]
-        pairs = {f"{a} {b}" for a, b in itertools.pairwise(words)}
-        if all(t in words or t in pairs for t in tokens):
-            found.append(int(entry.name))
-    return found
-
-
-@dataclass(frozen=True)
-class StackProcesses:
-    """The stack's long-running processes, found by the ports they were given."""
-
-    workers: list[int]
-    temporal: list[int]
-    postgres: list[int]  # the postmaster
-    sandbox: list[int]
-
-    @classmethod
-    def find(cls, stack: BenchStack, workers: list[int]) -> StackProcesses:
-        temporal_port = stack.client.service_client.config.target_host.rsplit(":", 1)[1]
-        return cls(
-            workers=workers,
-            temporal=_pids_with("start-dev", f"--port {temporal_port}"),
-            postgres=_pids_with("-D", f"-p {httpx.URL(stack.dsn).port}"),
-            sandbox=_pids_with("sandbox", f"--port {httpx.URL(stack.sandbox_url).port}"),
-        )
-
-    def ticks(self) -> dict[str, int]:
-        postmaster = self.postgres[0] if self.postgres else -1
-        backends = _children(postmaster)
-        return {
-            "workers": sum(_cpu_ticks(p) for p in self.workers),
-            "temporal": sum(_cpu_ticks(p) for p in self.temporal),
-            "postgres": _cpu_ticks(postmaster, True) + sum(_cpu_ticks(p) for p in backends),
-            "sandbox": sum(_cpu_ticks(p) for p in self.sandbox),
-        }
-
-
-def _children(parent: int) -> list[int]:
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int(_stat(int(entry.name))[1]) == parent:
-                    children.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return children
-
-
 def _children_cpu_s() -> float:
     """CPU of this process's reaped children (the push process, once it has exited)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
-def cores_busy(before: dict[str, int], after: dict[str, int], seconds: float) -> dict[str, float]:
-    ticks = os.sysconf("SC_CLK_TCK")
-    return {k: round((after[k] - before[k]) / ticks / seconds, 2) for k in before}
+def cores_busy(
+    before: Mapping[str, float] | None, after: Mapping[str, float] | None, seconds: float
+) -> dict[str, float]:
+    """Cores each component kept busy; the worker processes (`worker-N`) summed."""
+    if before is None or after is None:
+        return {}
+    totals: dict[str, float] = {}
+    for name, value in after.items():
+        group = "workers" if name.startswith("worker-") else name
+        totals[group] = totals.get(group, 0.0) + value - before[name]
+    return {name: round(total / seconds, 2) for name, total in totals.items()}
 
 
 async def xact_commits(admin_dsn: str) -> int:
@@ -376,11 +310,12 @@ async def measure(setup: Setup) -> dict[str, float]:
         with worker_processes(stack, setup.workers, log_dir) as pids:
             await wait_for_pollers(stack.client, setup.workers)
             log(f"P6: {setup.workers} workers polling; pushing {setup.n} contacts")
-            processes = StackProcesses.find(stack, pids)
+            roots = {**{f"worker-{i}": pid for i, pid in enumerate(pids)}, **stack.processes}
             commits = await settled_commits(stack.admin_dsn)
-            cpu, push_cpu = processes.ticks(), _children_cpu_s()
+            cpu, push_cpu = cpu_seconds(roots, own=False), _children_cpu_s()
             summary, elapsed = await asyncio.to_thread(run_push, stack, setup)
-            cpu_after, push_cpu = processes.ticks(), _children_cpu_s() - push_cpu
+            cpu_after = cpu_seconds(roots, own=False)
+            push_cpu = _children_cpu_s() - push_cpu
             report = await sandbox.rate_limit()
             commits = await settled_commits(stack.admin_dsn) - commits
     shutil.rmtree(log_dir, ignore_errors=True)
