@@ -29,13 +29,12 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (utime + stime + cutime + cstime) / TICKS
 
 
-def _tree_seconds(root: int, parents: Mapping[int, int], seconds: Mapping[int, float]) -> float:
+def _tree_seconds(
+    root: int, children: Mapping[int, list[int]], seconds: Mapping[int, float]
+) -> float:
     """The root's CPU plus every live descendant's (exited ones are in a parent's reaped
     time once waited for, as Postgres's postmaster does for its backends)."""
     total, stack = 0.0, [root]
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
     while stack:
         pid = stack.pop()
         total += seconds.get(pid, 0.0)
@@ -48,13 +47,14 @@ def cpu_seconds(roots: Mapping[str, int], own: bool = True) -> dict[str, float] 
     `SELF`; None where /proc cannot be read."""
     if not (PROC / "self" / "stat").exists():
         return None
-    parents: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     seconds: dict[int, float] = {}
     for entry in PROC.iterdir():
         if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
-            parents[int(entry.name)], seconds[int(entry.name)] = stat
+            parent, seconds[int(entry.name)] = stat
+            children.setdefault(parent, []).append(int(entry.name))
     times = os.times()
-    result = {name: _tree_seconds(pid, parents, seconds) for name, pid in roots.items()}
+    result = {name: _tree_seconds(pid, children, seconds) for name, pid in roots.items()}
     if own:
         result[SELF] = times.user + times.system  # not its children: the stack's servers
     return result

@@ -144,13 +144,16 @@ async def bench_stack(n: int, rate_limited: bool = True) -> AsyncIterator[BenchS
                     data_converter=pydantic_data_converter,
                 )
                 assert temporal.pid is not None  # started above
-                processes = {"temporal": temporal.pid, "postgres": _postmaster_pid(pg)}
                 yield BenchStack(
                     client=client,
                     dsn=dsn,
                     admin_dsn=pg.dsn("postgres"),
                     sandbox_url=sandbox_url,
-                    processes={**processes, "sandbox": sandbox_pid},
+                    processes={
+                        "temporal": temporal.pid,
+                        "postgres": _postmaster_pid(pg),
+                        "sandbox": sandbox_pid,
+                    },
                 )
         finally:
             temporal.stop()
