@@ -7,7 +7,13 @@ from pydantic import JsonValue
 from sandbox.config import ObjectTypeConfig, SandboxConfig
 from sandbox.holder import StateHolder, now_iso
 from sandbox.replies import Rejected, Reply, error, parse_json_object, sha256_hex
-from sandbox.state import IdempotencyRecord, LedgerEntry, LedgerKind, StoredObject
+from sandbox.state import (
+    IdempotencyRecord,
+    LedgerEntry,
+    LedgerKind,
+    SandboxState,
+    StoredObject,
+)
 
 Properties = dict[str, str | None]
 
@@ -18,6 +24,12 @@ class ObjectStore:
     def __init__(self, config: SandboxConfig, holder: StateHolder) -> None:
         self._config = config
         self._holder = holder
+        # Object id by (type, unique property, value): unique checks and reads by value
+        # were a scan of every stored object, ~2 ms per create at 3,000 objects (issue 16).
+        # Values are unique by construction (create and patch refuse duplicates); the index
+        # belongs to one state object and is rebuilt when the state is loaded or reset.
+        self._index: dict[tuple[str, str], dict[str, str]] = {}
+        self._indexed: SandboxState | None = None
 
     def create(self, object_type: str, raw: bytes, idempotency_key: str | None) -> Reply:
         """Create an object, or replay the first answer to a reused `Idempotency-Key`."""
@@ -58,7 +70,9 @@ class ObjectStore:
         except Rejected as rejected:
             self._record("patch", object_type, object_id, raw, rejected.reply.status)
             return rejected.reply
+        self._unindex(object_type, obj)
         obj.properties.update(properties)
+        self._reindex(object_type, obj)
         obj.updated_at = now_iso()
         obj.version += 1
         self._record("patch", object_type, obj.id, raw, 200, _unique(type_config, properties))
@@ -71,6 +85,7 @@ class ObjectStore:
         except Rejected as rejected:
             return rejected.reply
         del self._objects(object_type)[obj.id]
+        self._unindex(object_type, obj)
         self._record("delete", object_type, obj.id, b"", 204)
         return Reply(204)
 
@@ -102,10 +117,32 @@ class ObjectStore:
         return obj
 
     def _by_value(self, object_type: str, prop: str, value: str) -> StoredObject | None:
-        matches = (
-            o for o in self._objects(object_type).values() if o.properties.get(prop) == value
-        )
-        return next(matches, None)
+        object_id = self._values(object_type, prop).get(value)
+        return None if object_id is None else self._objects(object_type)[object_id]
+
+    def _values(self, object_type: str, prop: str) -> dict[str, str]:
+        """Object id by value of one unique property of one type."""
+        state = self._holder.state
+        if self._indexed is not state:
+            self._index, self._indexed = {}, state
+            for type_name, objects in state.objects.items():
+                for obj in objects.values():  # creation order: the first holder wins
+                    self._reindex(type_name, obj)
+        return self._index.setdefault((object_type, prop), {})
+
+    def _reindex(self, object_type: str, obj: StoredObject) -> None:
+        for prop, value in self._unique_values(object_type, obj).items():
+            self._values(object_type, prop).setdefault(value, obj.id)
+
+    def _unindex(self, object_type: str, obj: StoredObject) -> None:
+        for prop, value in self._unique_values(object_type, obj).items():
+            values = self._values(object_type, prop)
+            if values.get(value) == obj.id:
+                del values[value]
+
+    def _unique_values(self, object_type: str, obj: StoredObject) -> dict[str, str]:
+        type_config = self._config.object_types.get(object_type)
+        return {} if type_config is None else _unique(type_config, obj.properties)
 
     def _check_unique(
         self,
@@ -149,6 +186,7 @@ class ObjectStore:
         at = now_iso()
         obj = StoredObject(id=object_id, properties=properties, created_at=at, updated_at=at)
         self._objects(object_type)[object_id] = obj
+        self._reindex(object_type, obj)
         body = render(obj)
         if key is not None:
             record = IdempotencyRecord(

@@ -147,6 +147,35 @@ async def test_delete_forgets_the_object_and_frees_its_unique_value(
     assert [e.kind for e in await sandbox.ledger("contacts")] == ["create", "delete", "create"]
 
 
+async def test_patch_moves_a_unique_value_the_old_one_is_free_and_the_new_one_found(
+    sandbox: SandboxClient, http: httpx.AsyncClient
+) -> None:
+    object_id = (await http.post(CONTACTS, json=contact("ida@example.com"))).json()["id"]
+
+    moved = await http.patch(f"{CONTACTS}/{object_id}", json=contact("ivo@example.com"))
+
+    assert moved.status_code == 200
+    by_new = await http.get(f"{CONTACTS}/ivo@example.com", params={"idProperty": "email"})
+    by_old = await http.get(f"{CONTACTS}/ida@example.com", params={"idProperty": "email"})
+    assert (by_new.json()["id"], by_old.status_code) == (object_id, 404)
+    assert (await http.post(CONTACTS, json=contact("ida@example.com"))).status_code == 201
+    clash = await http.post(CONTACTS, json=contact("ivo@example.com"))
+    assert clash.status_code == 409
+    assert clash.json()["message"].endswith(f"Existing ID: {object_id}")
+
+
+async def test_reset_frees_every_unique_value(
+    sandbox: SandboxClient, http: httpx.AsyncClient
+) -> None:
+    assert (await http.post(CONTACTS, json=contact("jo@example.com"))).status_code == 201
+
+    await sandbox.reset()
+
+    found = await http.get(f"{CONTACTS}/jo@example.com", params={"idProperty": "email"})
+    assert found.status_code == 404
+    assert (await http.post(CONTACTS, json=contact("jo@example.com"))).status_code == 201
+
+
 async def test_bad_requests_are_400_and_leave_no_trace(
     sandbox: SandboxClient, http: httpx.AsyncClient
 ) -> None:
