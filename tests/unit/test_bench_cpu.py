@@ -14,12 +14,6 @@ import pytest
 from bench import cpu
 from bench.cpu import SELF, cpu_seconds, describe, ms_per_unit
 
-# These two read the real /proc, which only Linux has (CI and the bench machines run
-# Linux); elsewhere `cpu_seconds` answers None, as the test with an empty /proc checks.
-needs_proc = pytest.mark.skipif(
-    not Path("/proc/self/stat").exists(), reason="reads this machine's /proc, which only Linux has"
-)
-
 BURN_S = 0.4
 BURN = f"""
 import time
@@ -48,7 +42,6 @@ PARENT = textwrap.dedent(
 )
 
 
-@needs_proc
 def test_a_tree_counts_its_live_and_its_reaped_descendants() -> None:
     with subprocess.Popen(
         [sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -66,7 +59,6 @@ def test_a_tree_counts_its_live_and_its_reaped_descendants() -> None:
     assert SELF in seconds
 
 
-@needs_proc
 def test_a_gone_root_counts_nothing() -> None:
     seconds = cpu_seconds({"gone": 2**22 + 7})  # above any pid_max default in use
     assert seconds is not None and seconds["gone"] == 0.0
