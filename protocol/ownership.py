@@ -5,9 +5,16 @@ A create is reserved only when nothing suggests the record already owns a remote
 object at this destination. Two kinds of evidence count, both for the same owner
 and the same source record:
 
-1. a link that is not retired, or an attempt that is not released, under another
-   action slot at this destination slot, unless that slot is a declared lineage
-   predecessor of this one (those rows are ID-6's: `LineageRow`);
+1. a link that is not retired, or an attempt that is not released,
+   - under another action slot at this destination slot, unless that slot is a
+     declared lineage predecessor of this one (those rows are ID-6's: `LineageRow`);
+   - or under this action slot at another destination slot. An action slot names one
+     destination, so such a row is from before its destination was recreated with a
+     new `DestinationSlotId` (seed drift rows "connector profile … recreated with new
+     DestinationSlotId" and "target object changes with new/missing
+     DestinationSlotId": fail closed, no name-derived replacement attempt, migration
+     or rebind only). The new key finds no rows, but the record may already own the
+     remote object the old row created; retiring the old link resolves it;
 2. a value in this slot's mirror field pair: a remote id, or a provenance naming
    another link key or a legacy marker for this owner and destination, unless a
    retired link of this record explains it (an operator resolved that ownership).
@@ -53,14 +60,23 @@ def _live(row: RecordOwnershipRow) -> bool:
 
 
 def _other_slot_rows(ctx: AdmissionContext, lineage: frozenset[str]) -> list[str]:
+    """Live rows under another action slot here, or under this action slot elsewhere."""
     save = ctx.save
     return [
         _describe(row)
         for row in ctx.record_rows
-        if row.destination_slot_id == save.destination_slot_id
-        and row.action_slot_id != save.action_slot_id
-        and row.action_slot_id not in lineage
-        and _live(row)
+        if _live(row)
+        and (
+            (
+                row.destination_slot_id == save.destination_slot_id
+                and row.action_slot_id != save.action_slot_id
+                and row.action_slot_id not in lineage
+            )
+            or (
+                row.action_slot_id == save.action_slot_id
+                and row.destination_slot_id != save.destination_slot_id
+            )
+        )
     ]
 
 
@@ -87,7 +103,7 @@ def _describe(row: RecordOwnershipRow) -> str:
     else:
         assert row.attempt_status is not None
         what = f"attempt of {row.link_key} ({row.attempt_status.value})"
-    return f"{what} under slot {row.action_slot_id!r}"
+    return f"{what} under slot {row.action_slot_id!r} at {row.destination_slot_id!r}"
 
 
 def _mirror_evidence(ctx: AdmissionContext, key: str) -> list[str]:

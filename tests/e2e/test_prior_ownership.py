@@ -21,6 +21,7 @@ from protocol.admission import DeferredAssociationReserved, PatchQueued, Rejecte
 from protocol.errors import RejectReason
 from protocol.identity import link_key
 from protocol.messages import RetireInput
+from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import OWNER, Stack, company_key, contact_key
 from tests.e2e.support import eventually
@@ -196,4 +197,43 @@ async def test_a_benign_drift_is_recorded_and_the_create_proceeds(
     )
     surfaces = {f["surface"]: f["disposition"] for f in json.loads(attempt["drift_findings"])}
     assert surfaces["flow_version"] == "frozen_no_effect"
+    assert len(await stack.sandbox.ledger(object_type="companies", kind="create")) == 1
+
+
+def move_company_slot_to_a_new_destination(doc: Doc) -> None:
+    """`push-company` now names `remote-companies-v2`: the companies destination recreated
+    with a new DestinationSlotId (same target object, same scope)."""
+    old = next(d for d in doc["destinationSlots"] if d["id"] == "remote-companies")
+    doc["destinationSlots"].append({**old, "id": "remote-companies-v2"})
+    doc["actionSlots"][1]["destinationSlot"] = "remote-companies-v2"
+
+
+async def test_a_recreated_destination_slot_refuses_while_the_old_create_may_have_landed(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """Seed drift rows "connector profile ... recreated with new DestinationSlotId" and
+    "target object changes with new/missing DestinationSlotId" (GATE-1): the old create may
+    have landed and wrote no mirror, so the new key finds no rows and no mirror evidence.
+    It must fail closed, not POST a second company; retiring the old row is the way out."""
+    await finalize(stack, "c-002", **CONTACT)  # the company's primary contact: no deferred lane
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(method="POST", path="/crm/v3/objects/companies", action="reset_after_effect")
+    )
+    await stack.push("a-002", **COMPANY)
+    old_key = company_key("a-002")
+    await eventually(
+        lambda: stack.attempt(old_key), lambda r: r["status"] == "ambiguous_remote_effect"
+    )
+    await stack.sandbox.clear_faults()
+    await apply_edit(stack.pool, remote, move_company_slot_to_a_new_destination)
+    moved = {**COMPANY, "dest": "remote-companies-v2"}
+    decision = await stack.push("a-002", **moved)
+    assert isinstance(decision, Rejected), decision
+    assert decision.reason is RejectReason.PRIOR_OWNERSHIP_UNCERTAIN
+    assert old_key in decision.detail and "'remote-companies'" in decision.detail
+    new_key = link_key(OWNER, "push-company", "Account", "a-002", "remote-companies-v2")
+    attempts = await stack.pool.fetchval(
+        "SELECT count(*) FROM connector_push_attempt WHERE link_key = $1", new_key
+    )
+    assert attempts == 0
     assert len(await stack.sandbox.ledger(object_type="companies", kind="create")) == 1

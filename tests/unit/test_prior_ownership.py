@@ -69,6 +69,30 @@ def test_a_live_row_under_another_slot_at_this_destination_refuses(status: Any) 
     assert key_under("push-contact-old") in detail and "'push-contact-old'" in detail
 
 
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"link_status": LinkStatus.FINALIZED, "remote_id": "1001"},
+        {"link_status": LinkStatus.SUSPENDED_DRIFT, "remote_id": "1001"},
+        {"attempt_status": AttemptStatus.PENDING},
+        {"attempt_status": AttemptStatus.PROCESSING},
+        {"attempt_status": AttemptStatus.WRITEBACK_PENDING},
+        {"attempt_status": AttemptStatus.AMBIGUOUS_REMOTE_EFFECT},
+        {"attempt_status": AttemptStatus.TERMINAL_FAILED},
+    ],
+    ids=["finalized", "suspended", "pending", "processing", "writeback", "ambiguous", "terminal"],
+)
+def test_a_live_row_of_this_action_slot_at_another_destination_refuses(status: Any) -> None:
+    """Seed drift rows "connector profile ... recreated with new DestinationSlotId" and
+    "target object changes with new/missing DestinationSlotId": the action slot now names a
+    new destination slot, so the save's key is new and finds no rows; the row under the old
+    destination may own the record's remote object (its mirror may never have been
+    written). Fail closed: no name-derived replacement attempt."""
+    old = row("push-contact", "remote-contacts-old", **status)
+    detail = refused(decide((old,)))
+    assert old.link_key in detail and "'remote-contacts-old'" in detail
+
+
 def test_the_refusal_names_every_row_found() -> None:
     rows = (
         row("push-contact-old", link_status=LinkStatus.FINALIZED, remote_id="1001"),
@@ -86,10 +110,21 @@ def test_the_refusal_names_every_row_found() -> None:
         row("push-contact-old", attempt_status=AttemptStatus.FINALIZED),
         # Another destination: another remote object, not this one's prior owner.
         row("push-contact-old", "remote-leads", link_status=LinkStatus.FINALIZED, remote_id="7"),
+        # This action slot's old destination, once its link is retired (the way out).
+        row("push-contact", "remote-contacts-old", link_status=LinkStatus.RETIRED),
+        row("push-contact", "remote-contacts-old", attempt_status=AttemptStatus.SUPERSEDED),
         # The declared lineage: ID-6 decides those rows (LineageRow), not this gate.
         row("push-contact-v0", link_status=LinkStatus.FINALIZED, remote_id="1001"),
     ],
-    ids=["retired", "superseded", "finalized-attempt", "other-destination", "lineage"],
+    ids=[
+        "retired",
+        "superseded",
+        "finalized-attempt",
+        "other-destination",
+        "old-destination-retired",
+        "old-destination-superseded",
+        "lineage",
+    ],
 )
 def test_resolved_or_unrelated_rows_do_not_refuse(resolved: RecordOwnershipRow) -> None:
     assert isinstance(decide((resolved,)), CreateReserved)
