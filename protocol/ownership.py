@@ -18,10 +18,13 @@ and the same source record:
 2. a value in this slot's mirror field pair: a remote id, or a provenance naming
    another link key or a legacy marker for this owner and destination, unless a
    retired link of this record explains it (an operator resolved that ownership).
-   A live link under a lineage predecessor does not: a rebind declared in the pack
-   finds the old rows (ID-6), it does not move the remote object to the new slot;
-   `backfill` does that once the old link is retired, and until then a create
-   here would be a second remote object for the record.
+   A link under a lineage predecessor does not, live or retired: a rebind declared in
+   the pack finds the old rows (ID-6), it does not move the remote object to the new
+   slot; `backfill` does that once the old link is retired. Until it has, a create
+   here would be a second remote object for the record, the one the rebind was
+   declared to keep (the README's "declare the lineage, retire the old link,
+   backfill": a save between the retire and the backfill must not POST). To create
+   anew instead, drop the rebind from the pack (or clear the mirror pair).
 
 Anything else is `rejected(prior_ownership_uncertain)` naming what was found. A
 recomputed key that found no rows never proves absence on its own.
@@ -110,7 +113,12 @@ def _mirror_evidence(ctx: AdmissionContext, key: str) -> list[str]:
     """Values in this slot's mirror pair that no retired link of the record explains."""
     assert ctx.active is not None and ctx.active.action is not None
     mirror = ctx.active.action.mirror
-    explaining = [row for row in ctx.record_rows if row.link_status is LinkStatus.RETIRED]
+    lineage = frozenset(ctx.active.lineage_predecessors)
+    explaining = [
+        row
+        for row in ctx.record_rows
+        if row.link_status is LinkStatus.RETIRED and row.action_slot_id not in lineage
+    ]
     found: list[str] = []
     remote_id = _text(ctx.record.fields.get(mirror.remote_id_field))
     if remote_id is not None and not any(r.remote_id == remote_id for r in explaining):

@@ -124,8 +124,9 @@ async def test_declared_lineage_retire_and_backfill_keep_the_one_remote_object(
     stack: Stack, remote: BackgroundSandbox
 ) -> None:
     """The README's way to keep the remote object: declare the rebind (still refused: the
-    live old link's mirror is not explained by a declaration), retire the old link,
-    `backfill apply` adopts its remote id under the new slot; the next save PATCHes."""
+    live old link's mirror is not explained by a declaration), retire the old link (a save
+    is still refused), `backfill apply` adopts its remote id under the new slot; the next
+    save PATCHes."""
     remote_id = await finalize(stack, "c-002", **CONTACT)
     await apply_edit(stack.pool, remote, rename_contact_slot_with_lineage)
     moved = {**CONTACT, "slot": "push-contact-new"}
@@ -133,6 +134,11 @@ async def test_declared_lineage_retire_and_backfill_keep_the_one_remote_object(
     assert isinstance(refusal, Rejected), refusal
     assert refusal.reason is RejectReason.PRIOR_OWNERSHIP_UNCERTAIN
     await retire(stack, contact_key("c-002"))
+    # Between the retire and the backfill a save still refuses: the retired link under the
+    # rebound slot does not explain the mirror (the rebind was declared to keep its object).
+    between = await stack.push("c-002", **moved)
+    assert isinstance(between, Rejected), between
+    assert between.reason is RejectReason.PRIOR_OWNERSHIP_UNCERTAIN and remote_id in between.detail
     async with stack.pool.acquire() as conn:
         report = await apply_backfill(conn, OWNER, ["push-contact-new"], now=datetime.now(UTC))
     assert report.totals.adopted == 1, [(d.reason, d.detail) for d in report.decisions]
