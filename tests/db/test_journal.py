@@ -229,6 +229,23 @@ async def test_an_effect_possible_patch_cannot_end_failed(db_pool: asyncpg.Pool)
             "UPDATE connector_patch_dispatch SET status = 'failed' WHERE patch_id = $1",
             patch_id,
         )
+        # The frozen PATCH cannot change once a try passed its fence: a retry re-sends
+        # exactly what may have landed.
+        await _refused(
+            conn,
+            "UPDATE connector_patch_dispatch SET body = '{\"x\": 1}'::jsonb WHERE patch_id = $1",
+            patch_id,
+        )
+        await _refused(
+            conn,
+            "UPDATE connector_patch_dispatch SET update_path = '/elsewhere' WHERE patch_id = $1",
+            patch_id,
+        )
+        await _refused(
+            conn,
+            "UPDATE connector_patch_dispatch SET status = 'pending' WHERE patch_id = $1",
+            patch_id,
+        )
         assert await jq.record_outcome(conn, journal_id, "answered", 412, None, None)
         await conn.execute(
             "UPDATE connector_patch_dispatch SET status = 'failed' WHERE patch_id = $1", patch_id
