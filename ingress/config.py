@@ -83,11 +83,33 @@ class IngressConfig:
 
 
 def parse_policy(text: str) -> IngressPolicy:
-    """Validate policy YAML; errors name the offending key."""
+    """Validate policy YAML; errors name the offending key, never the value found there."""
     try:
         return IngressPolicy.model_validate(yaml.safe_load(text))
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise ConfigError(f"invalid ingress policy: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid ingress policy: {_yaml_problem(exc)}") from None
+    except ValidationError as exc:
+        raise ConfigError(f"invalid ingress policy: {_validation_problems(exc)}") from None
+
+
+# Neither error's own text is shown: a ValidationError quotes each input value and a YAML
+# error the offending line, and a secret pasted where a variable name belongs (or inline
+# beside it) would be printed in full at start and by the readback.
+
+
+def _validation_problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'policy'}: "
+        + error["msg"].removeprefix("Value error, ")
+        for error in exc.errors(include_url=False, include_input=False, include_context=False)
+    )
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    return "not valid YAML"
 
 
 def resolve_secrets(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, SecretStr]:

@@ -114,3 +114,40 @@ def test_a_deletion_route_must_say_how_to_scope_its_object_ids() -> None:
     }
     with pytest.raises(ConfigError, match="scope_path and remote_scopes"):
         parse_policy(yaml.safe_dump(document))
+
+
+# Secrets a hurried operator might paste into the policy file: as the variable's name,
+# inline beside it, as a save-API client's key variable, and on a line YAML cannot read.
+PASTED = ("whsec_pasted0secret", "inline0pasted0secret", "sk_live_pasted0key", "yaml0pasted0secret")
+
+
+def _policy_with_pasted_secrets(tmp_path: Path) -> tuple[Path, Path]:
+    document = policy_document()
+    webhook, dropping = document["endpoints"][0], document["endpoints"][1]
+    webhook["signature"] = {**webhook["signature"], "secret_env": PASTED[0]}
+    dropping["signature"] = {**dropping["signature"], "secret": PASTED[1]}
+    document["save_api"] = {"clients": [{"name": "crm", "key_env": PASTED[2]}]}
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text(yaml.safe_dump(document))
+    unreadable = tmp_path / "unreadable.yaml"
+    unreadable.write_text(f"profile: development\nsecret_env: {PASTED[3]}: x\n")
+    return invalid, unreadable
+
+
+def test_nf1_a_secret_pasted_into_the_policy_is_not_echoed_at_start_or_by_readback(
+    tmp_path: Path,
+) -> None:
+    """NF-1 (secrets never logged) and ING-2's readback: the error names each field,
+    never the value found there, whether the policy is invalid or not YAML at all."""
+    invalid, unreadable = _policy_with_pasted_secrets(tmp_path)
+    for path, expected in ((invalid, "save_api.clients.0.key_env"), (unreadable, "line 2")):
+        with pytest.raises(ConfigError, match=expected) as raised:
+            parse_policy(path.read_text())
+        env = {**ENVIRON, "DATABASE_URL": "postgresql://127.0.0.1:1/unused"}
+        start = CliRunner().invoke(app, ["ingress", "--config", str(path)], env=env)
+        readback_run = CliRunner().invoke(app, ["ingress", "readback", "--config", str(path)])
+        assert (start.exit_code, readback_run.exit_code) == (1, 2), start.output
+        for shown in (str(raised.value), start.output, readback_run.output):
+            assert expected in " ".join(shown.split())
+            unwrapped = "".join(shown.split())  # rich may fold a long value across lines
+            assert not [secret for secret in PASTED if secret in unwrapped], shown
