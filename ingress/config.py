@@ -113,15 +113,32 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def resolve_secrets(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, SecretStr]:
-    """Read each endpoint's secret from the variable it names; refuse if any is unset."""
-    secrets: dict[str, SecretStr] = {}
-    for endpoint in policy.endpoints:
-        variable = endpoint.signature.secret_env
-        value = environ.get(variable, "")
-        if not value:
-            raise ConfigError(f"endpoint {endpoint.name}: environment variable {variable} is unset")
-        secrets[endpoint.name] = SecretStr(value)
-    return secrets
+    """Read each endpoint's secret from the variable it names; refuse if any is unset or
+    not UTF-8."""
+    return {
+        endpoint.name: _secret(
+            environ,
+            endpoint.signature.secret_env,
+            f"endpoint {endpoint.name}: environment variable",
+        )
+        for endpoint in policy.endpoints
+    }
+
+
+def _secret(environ: Mapping[str, str], variable: str, owner: str) -> SecretStr:
+    """The variable's value, refused (naming the variable, never the value) if it is unset
+    or not UTF-8: signatures and bearer keys are compared as UTF-8 bytes, so such a value
+    could never verify, and every request would fail instead of the start."""
+    value = environ.get(variable, "")
+    if not value:
+        raise ConfigError(f"{owner} {variable} is unset")
+    try:
+        value.encode("utf-8")  # os.environ holds undecodable bytes as lone surrogates
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"{owner} {variable} is not valid UTF-8; set it to the secret's text"
+        ) from None
+    return SecretStr(value)
 
 
 def load_config(path: Path, environ: Mapping[str, str] | None = None) -> IngressConfig:
@@ -136,14 +153,12 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Ingress
 def resolve_save_api_keys(
     policy: IngressPolicy, environ: Mapping[str, str]
 ) -> dict[str, SecretStr]:
-    """Each save-API client's bearer key from the variable it names; refuse if any is unset."""
-    keys: dict[str, SecretStr] = {}
-    for client in policy.save_api.clients if policy.save_api else ():
-        value = environ.get(client.key_env, "")
-        if not value:
-            raise ConfigError(f"save_api client {client.name}: {client.key_env} is unset")
-        keys[client.name] = SecretStr(value)
-    return keys
+    """Each save-API client's bearer key from the variable it names; refuse if any is unset
+    or not UTF-8."""
+    return {
+        client.name: _secret(environ, client.key_env, f"save_api client {client.name}:")
+        for client in (policy.save_api.clients if policy.save_api else ())
+    }
 
 
 def readback(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, object]:

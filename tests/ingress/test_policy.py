@@ -4,6 +4,9 @@ legacy schemes, secrets from the environment and never in readback."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from cli.main import app
+from cli.stack.process import free_port
 from ingress.config import ConfigError, load_config, parse_policy, readback
 from protocol.ingress_policy import EndpointMode
 from tests.ingress.support import ENVIRON, WEBHOOK_SECRET, policy_document
@@ -69,6 +73,45 @@ def test_missing_secret_variable_refuses_to_start(tmp_path: Path) -> None:
         load_config(path, {"TEST_WEBHOOK_SECRET": "x"})
     config = load_config(path, ENVIRON)
     assert WEBHOOK_SECRET not in repr(config)
+
+
+# A secret's bytes that are not UTF-8, and what os.environ makes of them (lone surrogates).
+NOT_UTF8 = b"whsec-\xff\xfe-not-utf8"
+
+
+def test_ing3_a_secret_that_is_not_utf8_refuses_to_start(tmp_path: Path) -> None:
+    """ING-3 verifies signatures (and the save API compares bearer keys) over the secret's
+    UTF-8 bytes: a value that has none is refused at start, naming the variable and not
+    the value, instead of serving and answering every request 500."""
+    path = tmp_path / "policy.yaml"
+    save_api = {"clients": [{"name": "crm", "key_env": "TEST_SAVE_KEY"}]}
+    path.write_text(yaml.safe_dump(policy_document(save_api=save_api)))
+    for variable in ("TEST_WEBHOOK_SECRET", "TEST_SAVE_KEY"):
+        environ = {**ENVIRON, "TEST_SAVE_KEY": "save-key", variable: os.fsdecode(NOT_UTF8)}
+        with pytest.raises(ConfigError, match=f"{variable} is not valid UTF-8") as raised:
+            load_config(path, environ)
+        assert "not-utf8" not in str(raised.value)
+    env: dict[str, str | bytes] = {
+        **os.environ,
+        **ENVIRON,
+        "TEST_SAVE_KEY": "save-key",
+        "TEST_WEBHOOK_SECRET": NOT_UTF8,
+        "DATABASE_URL": f"postgresql://127.0.0.1:{free_port()}/unused",
+        "CONNECTOR_PUSH_INGRESS_PORT": str(free_port()),
+        "CONNECTOR_PUSH_INGRESS_PROCESSES": "1",
+    }
+    # Without the check the process would serve (a run that never ends, cut by the timeout).
+    started = subprocess.run(
+        [sys.executable, "-m", "cli", "ingress", "--config", str(path)],
+        env=env,  # POSIX passes a bytes value on as it is
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    output = started.stdout + started.stderr
+    assert started.returncode == 1, output
+    assert b"TEST_WEBHOOK_SECRET is not valid UTF-8" in output
+    assert b"not-utf8" not in output and b"Traceback" not in output
 
 
 def test_unknown_handler_and_bad_expiration_are_rejected() -> None:
