@@ -275,7 +275,12 @@ async def park_in_flight(conn: Conn, link_key: str, error: str) -> None:
     """REC-3, REC-4: an attempt or PATCH whose retries ran out is parked, durably and
     visibly: ambiguous when any try may have landed, terminal/failed only when none did."""
     attempt = await q.occupying_attempt(conn, link_key)
-    if attempt is not None and attempt["status"] in ("pending", "processing", "post_sent"):
+    if (
+        attempt is not None
+        and attempt["status"] in ("pending", "processing", "post_sent")
+        # LANE-1: a row in a lane this runtime does not claim is never normalised.
+        and attempt["dispatch_lane"] in q.CLAIMABLE_LANES
+    ):
         profile = request_of(attempt).profile
         recovery = await attempt_recovery(conn, attempt, profile)
         decision = next_step(recovery.model_copy(update={"exhausted": True}))

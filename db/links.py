@@ -92,7 +92,10 @@ async def move_attempt(
     remote_id: str | None = None,
     mirror_status: str | None = None,
 ) -> Row | None:
-    """Compare-and-set an attempt's status (and fencing token when given); the moved row."""
+    """Compare-and-set an attempt's status (and fencing token when given); the moved row.
+    Only in the lanes this runtime claims (LANE-1): a row in any other lane is never
+    moved, whoever asks (recovery, writeback, parking, an operator), and reads as a CAS
+    miss."""
     return await conn.fetchrow(
         """
         UPDATE connector_push_attempt
@@ -103,6 +106,7 @@ async def move_attempt(
             mirror_status = COALESCE($8, mirror_status)
         WHERE attempt_id = $1 AND status = ANY($2::text[])
           AND ($4::uuid IS NULL OR claim_token = $4)
+          AND dispatch_lane = ANY($9::text[])
         RETURNING *
         """,
         uuid.UUID(attempt_id),
@@ -113,6 +117,7 @@ async def move_attempt(
         json.dumps(response) if response is not None else None,
         remote_id,
         mirror_status,
+        CLAIMABLE_LANES,
     )
 
 

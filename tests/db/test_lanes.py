@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from activities.operator import park_in_flight
+from db import links as q
 from tests.db.rows import insert_attempt, insert_link, insert_pack_install, new_link_key
 
 
@@ -76,3 +78,49 @@ async def test_the_status_check_rejects_unknown_values_even_without_triggers(
         with pytest.raises(asyncpg.CheckViolationError) as caught:
             await conn.execute(f"UPDATE {table} SET status = 'bogus'")
         assert caught.value.constraint_name == f"{table}_status_ck"
+
+
+async def test_no_attempt_move_touches_a_row_in_an_unknown_lane(db_pool: asyncpg.Pool) -> None:
+    """LANE-1: every mutation names its allowed lanes. `move_attempt` is the one way the
+    runtime (recovery, writeback, parking, operator actions) changes an attempt's status:
+    in an unknown lane it is a compare-and-set miss, and the row stays as it was."""
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        attempt_id = await insert_attempt(
+            conn, pack_install_id, link_key=new_link_key(), dispatch_lane="lane_from_the_future"
+        )
+        before = dict(
+            await conn.fetchrow(
+                "SELECT * FROM connector_push_attempt WHERE attempt_id = $1", attempt_id
+            )
+        )
+        moved = await q.move_attempt(
+            conn, str(attempt_id), ["pending"], "terminal_failed", last_error="exhausted"
+        )
+        assert moved is None
+        after = dict(
+            await conn.fetchrow(
+                "SELECT * FROM connector_push_attempt WHERE attempt_id = $1", attempt_id
+            )
+        )
+        assert after == before
+
+
+async def test_parking_after_exhausted_retries_leaves_an_unknown_lane_untouched(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """REC-3/REC-4 park what ran out of retries, but LANE-1 wins: a pending attempt in a
+    lane this runtime does not claim (its dispatch refused it, then retries ran out, e.g.
+    through a Postgres outage) is not normalised to terminal_failed."""
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        key = new_link_key()
+        attempt_id = await insert_attempt(
+            conn, pack_install_id, link_key=key, dispatch_lane="lane_from_the_future"
+        )
+        async with conn.transaction():
+            await park_in_flight(conn, key, "retries exhausted")
+        status = await conn.fetchval(
+            "SELECT status FROM connector_push_attempt WHERE attempt_id = $1", attempt_id
+        )
+        assert status == "pending"
