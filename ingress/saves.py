@@ -37,6 +37,7 @@ from ingress.body import read_limited_body
 from ingress.errors import Rejection
 from ingress.saves_openapi import openapi_document
 from protocol.admission import AdmissionDecision
+from protocol.event_identity import JsonError, parse_exact_json
 from protocol.save_api import (
     BATCH_PATH,
     OPENAPI_PATH,
@@ -95,11 +96,23 @@ def _problems(error: ValidationError, prefix: str = "") -> ErrorAnswer:
     return ErrorAnswer(error="invalid_request", fields=fields)
 
 
+def _refuse_duplicate_keys(body: bytes) -> None:
+    """A key given twice is refused, as on every ingress endpoint: pydantic's parser keeps
+    the last value, so the save admitted could differ from the one a reader sees."""
+    try:
+        parse_exact_json(body)
+    except JsonError as error:  # the body validated: a duplicate key is all this can find
+        problem = FieldProblem(path="", message=str(error))
+        raise _BadRequest(ErrorAnswer(error="invalid_request", fields=(problem,))) from None
+
+
 def parse_single(body: bytes, policy: SaveApiPolicy) -> list[SaveIn]:
     try:
-        return [SaveIn.model_validate_json(body)]
+        save = SaveIn.model_validate_json(body)
     except ValidationError as error:
         raise _BadRequest(_problems(error)) from None
+    _refuse_duplicate_keys(body)
+    return [save]
 
 
 def parse_batch(body: bytes, policy: SaveApiPolicy) -> list[SaveIn]:
@@ -107,6 +120,7 @@ def parse_batch(body: bytes, policy: SaveApiPolicy) -> list[SaveIn]:
         batch = SaveBatchIn.model_validate_json(body)
     except ValidationError as error:
         raise _BadRequest(_problems(error)) from None
+    _refuse_duplicate_keys(body)
     if len(batch.saves) > policy.max_batch:
         problem = FieldProblem(path="saves", message=f"at most {policy.max_batch} saves")
         raise _BadRequest(ErrorAnswer(error="batch_too_large", fields=(problem,)))

@@ -141,6 +141,31 @@ async def test_malformed_oversized_and_too_many_are_refused(
     assert await stored(demo_db) == NOTHING
 
 
+def _with_record_id_twice(save: dict[str, object], second: str) -> str:
+    """The save's JSON text with `recordId` given again at the end (last one wins in
+    pydantic's own parser)."""
+    return json.dumps(save)[:-1] + f', "recordId": "{second}"}}'
+
+
+async def test_api1_a_key_given_twice_is_400_with_a_reason_and_nothing_written(
+    demo_db: asyncpg.Pool, db_dsn: str
+) -> None:
+    """API-1 / NF-2: a body naming a field twice is ambiguous (which record was saved?),
+    so it is refused as on every ingress endpoint, before anything is written."""
+    single = _with_record_id_twice(save_body("c-001"), "c-002")
+    batch = '{"saves": [' + _with_record_id_twice(save_body("c-001"), "c-002") + "]}"
+    headers = {**AUTH, "content-type": "application/json"}
+    async with save_server(db_dsn) as live:
+        for path, body in (("/v1/saves", single), ("/v1/saves/batch", batch)):
+            response = await live.client.post(path, content=body.encode(), headers=headers)
+            assert response.status_code == 400, response.text
+            assert response.json() == {
+                "error": "invalid_request",
+                "fields": [{"path": "", "message": "duplicate object key"}],
+            }
+    assert await stored(demo_db) == NOTHING
+
+
 async def test_idempotency_key_replays_the_first_answer_per_client(
     demo_db: asyncpg.Pool, db_dsn: str
 ) -> None:
