@@ -56,13 +56,22 @@ def frozen_patch_profile(patch: asyncpg.Record, fallback: ProfileSnapshot) -> Pr
     return ProfileSnapshot.model_validate(frozen) if frozen else fallback
 
 
-async def record_try(conn: Conn, journal_id: int | None, obs: Observation) -> None:
-    """Write what the wire showed for one try into its journal row, once (JRN-1)."""
+async def record_try(
+    conn: Conn, journal_id: int | None, obs: Observation, remote_id: str | None = None
+) -> None:
+    """Write what the wire showed for one try into its journal row, once (JRN-1), with the
+    remote id when the answer was a create that named one."""
     if journal_id is None:
         return  # a read (locator lookup, read-back) has no journal row
     retry_after = parse_retry_after(obs.headers.get("retry-after"), obs.now)
     recorded = await jq.record_outcome(
-        conn, journal_id, send_outcome(obs).value, obs.status, body_hash(obs.body), retry_after
+        conn,
+        journal_id,
+        send_outcome(obs).value,
+        obs.status,
+        body_hash(obs.body),
+        retry_after,
+        remote_id,
     )
     require_cas(recorded, "record_outcome")
 

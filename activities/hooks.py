@@ -12,3 +12,7 @@ class DispatchHooks:
         """Called after the claim committed: before the RemoteIOStartedAt CAS where the two
         are separate (profiles without replay-safe idempotency or a locator contract),
         otherwise just before the send."""
+
+    async def after_answer(self, attempt_id: str) -> None:
+        """Called when a create's POST was answered, before the answer is applied: the
+        window in which a try that outlived its timeout learns what its POST did."""

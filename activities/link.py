@@ -295,6 +295,7 @@ class LinkActivities(PatchDispatch):
             request.body,
         )
         obs = obs.model_copy(update={"now": datetime.now(UTC)})
+        await self._hooks.after_answer(plan.attempt_id)
         outcome = interpret_post(obs, request.response_id_path, request.profile)
         return await self._apply(key, _Try(plan.attempt_id, plan.token, journal_id), outcome, obs)
 
@@ -376,7 +377,7 @@ class LinkActivities(PatchDispatch):
                     # "no link" before this commits and "attempt finalized, slot free" after
                     # it (READ COMMITTED, statement by statement) and reserve a second create.
                     await q.lock_link_key(conn, key)
-                    await record_try(conn, sent.journal_id, obs)
+                    await record_try(conn, sent.journal_id, obs, remote_id)
                     kind = await finalize_with_mirror(
                         conn, sent.attempt_id, sent.token, remote_id, response
                     )
@@ -390,6 +391,20 @@ class LinkActivities(PatchDispatch):
                     return StepResult(kind=kind, view=view, dependants=waiting)
             except RemoteLocatorClaimedError:
                 owner = await owner_of_remote_id(conn, sent.attempt_id, remote_id)
+            except ApplicationError as lost:
+                if lost.type != E.TRANSITION_CONFLICT.value:
+                    raise
+                # This try's claim is gone (it outlived its timeout and a retry claimed or
+                # parked the attempt), so it finalizes nothing; but the answer it got is
+                # evidence that only grows (JRN-1): keep the outcome and the remote id for
+                # the operator who reconciles, then fail as before.
+                await record_try(conn, sent.journal_id, obs, remote_id)
+                log.warning(
+                    "create answered with remote id %s after this try lost its claim",
+                    remote_id,
+                    extra={"link_key": key, "attempt_id": sent.attempt_id},
+                )
+                raise
         # ID-4: another link owns this remote object: never PATCH two links to one object.
         # Our create may have landed (the remote answered with an id), so the attempt parks
         # ambiguous for an operator, never terminal (JRN-2).
@@ -414,7 +429,7 @@ class LinkActivities(PatchDispatch):
         remote_id: str | None = None,
     ) -> StepResult:
         async with self._tx(key) as conn:
-            await record_try(conn, sent.journal_id, obs)
+            await record_try(conn, sent.journal_id, obs, remote_id)
             moved = await q.move_attempt(
                 conn,
                 sent.attempt_id,

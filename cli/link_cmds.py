@@ -70,6 +70,7 @@ JOURNAL_COLUMNS = (
     "sending_at",
     "outcome",
     "status",
+    "remote_id",
     "retry_after_seconds",
     "may_have_landed",
 )

@@ -144,13 +144,15 @@ async def record_outcome(
     status: int | None,
     response_hash: str | None,
     retry_after_seconds: float | None,
+    remote_id: str | None = None,
 ) -> bool:
-    """Fill a try's transport outcome, once (the guard refuses a second write)."""
+    """Fill a try's transport outcome (and the remote id a create's answer named), once:
+    the guard refuses a second write."""
     row = await conn.fetchval(
         """
         UPDATE connector_send_journal
         SET outcome = $2, status = $3, response_hash = $4, retry_after_seconds = $5,
-            outcome_at = now()
+            remote_id = $6, outcome_at = now()
         WHERE journal_id = $1 AND outcome IS NULL
         RETURNING 1
         """,
@@ -159,6 +161,7 @@ async def record_outcome(
         status,
         response_hash,
         retry_after_seconds,
+        remote_id,
     )
     return row is not None
 

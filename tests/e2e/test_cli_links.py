@@ -40,7 +40,10 @@ async def test_links_show_prints_findings_and_patch_history(
     assert shown.exit_code == 0, shown.output
     detail = json.loads(shown.output)
     assert detail["attempt"]["status"] == "finalized"
-    assert [t["status"] for t in detail["send_journal"]] == [201]
+    # The remote id the create's answer named, kept on its try (JRN-1).
+    assert [(t["status"], t["remote_id"]) for t in detail["send_journal"]] == [
+        (201, link["remote_id"])
+    ]
     assert detail["tries_may_have_landed"] == 1
     # Without --json: the same facts as tables for a person.
     table = await asyncio.to_thread(CliRunner().invoke, app, args)

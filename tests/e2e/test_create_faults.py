@@ -15,11 +15,13 @@ from datetime import timedelta
 
 import asyncpg
 import pytest
+from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 
+from activities.hooks import DispatchHooks
 from protocol.admission import CreateReserved, ObservedActiveAttempt, Rejected, SaveRequest
 from protocol.errors import RejectReason
 from protocol.messages import ReconcileInput, SupersedeInput
@@ -184,6 +186,58 @@ async def test_zombie_try_loses_its_claim_and_sends_nothing(rig: Rig) -> None:
     await rig.stop_worker()  # drains: returns once the zombie try has run to its end
     assert (await stack.attempt(key))["status"] == "finalized"
     assert await _creates(stack, "companies") == [attempt["remote_id"]]
+
+
+class AnswerHoldingHooks(DispatchHooks):
+    """The first try waits after its POST was answered, recording its task token."""
+
+    def __init__(self) -> None:
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+        self.task_token: bytes | None = None
+        self.answers = 0
+
+    async def after_answer(self, attempt_id: str) -> None:
+        self.answers += 1
+        if self.answers == 1:
+            self.task_token = activity.info().task_token
+            self.held.set()
+            await self.release.wait()
+
+
+async def test_a_late_answer_keeps_its_remote_id_in_the_journal(rig: Rig) -> None:
+    """JRN-1, seed "After POST" 1 (persist the extracted remote id): the first try's POST
+    landed, but the try outlived its timeout (failed by task token, as the server does)
+    before it applied the answer; the retry finds the try may have landed and parks the
+    attempt ambiguous. When the late 201 is applied, its claim is gone so it finalizes
+    nothing, but the journal keeps the outcome and the remote id for the reconcile."""
+    stack = rig.stack
+    await rig.start_worker()
+    await _contact_linked(stack, "c-002")  # the company's association target
+    await rig.stop_worker()
+    hooks = AnswerHoldingHooks()
+    await rig.start_worker(hooks, graceful=LONG_DRAIN)
+    await _push_company(stack, "a-002")
+    key = company_key("a-002")
+    await asyncio.wait_for(hooks.held.wait(), timeout=30)
+    [remote_id] = await _creates(stack, "companies")
+    assert hooks.task_token is not None
+    await stack.client.get_async_activity_handle(task_token=hooks.task_token).fail(
+        RuntimeError("simulated start-to-close timeout of the answered try")
+    )
+    parked = await _status(stack, key, "ambiguous_remote_effect")
+    assert parked["remote_id"] is None
+
+    hooks.release.set()
+    await rig.stop_worker()  # drains: returns once the late try has run to its end
+    tries = await stack.pool.fetch(
+        "SELECT outcome, status, remote_id FROM connector_send_journal "
+        "WHERE attempt_id = $1 ORDER BY journal_id",
+        parked["attempt_id"],
+    )
+    assert [tuple(t) for t in tries] == [("answered", 201, remote_id)]
+    assert (await stack.attempt(key))["status"] == "ambiguous_remote_effect"
+    assert await _creates(stack, "companies") == [remote_id]
 
 
 async def test_workflow_reset_to_before_the_post_sends_no_second_create(rig: Rig) -> None:
