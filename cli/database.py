@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Final, NoReturn
-from urllib.parse import urlsplit
 
 import asyncpg
 import typer
 import yaml
 from rich.markup import escape
 
+from cli.dsn import ENCODE_HINT, describe_dsn
 from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail
 from cli.stack.devconfig import load_dev_config
 from db.pool import CONNECT_ERRORS
@@ -48,26 +48,44 @@ def resolve_dsn(database_url: str | None) -> str:
     return dsn
 
 
-def describe_dsn(dsn: str) -> str:
-    """`host:port/database` without user or password (secrets never printed)."""
-    try:
-        parts = urlsplit(dsn)
-        if parts.scheme in {"postgresql", "postgres"} and parts.hostname:
-            port = f":{parts.port}" if parts.port else ""
-            return f"{parts.hostname}{port}{parts.path}"
-    except ValueError:
-        pass
-    return "a DSN that is not postgresql://host:port/database"
+def _unparseable(source: str) -> CliError:
+    # No parser text: asyncpg's messages quote the part it choked on, which may be the
+    # password (an unencoded '/' or '?' in it moves the rest into the port or the query).
+    return CliError(
+        f"{source} cannot be parsed as a Postgres URL "
+        f"(postgresql://user:password@host:port/database; {ENCODE_HINT}); "
+        f"fix {source} (its value is not shown)",
+        EXIT_UNAVAILABLE,
+    )
+
+
+def _detail(exc: BaseException, parts_known: bool) -> str:
+    """Why the connection failed; the server's or the OS's text only when the DSN's parts
+    are unambiguous (else it may quote a database or host name cut from the password)."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {CONNECT_TIMEOUT_S:.0f} s"
+    if not parts_known:
+        strerror = exc.strerror if isinstance(exc, OSError) else None
+        return strerror or type(exc).__name__
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def postgres_error(
     dsn: str, exc: BaseException, source: str | None = None, fix: str | None = None
 ) -> CliError:
-    """One line: what failed, the setting it came from, what to do (exit 5)."""
+    """One line: what failed, the setting it came from, what to do (exit 5); never any
+    part of the password (`cli/dsn.py`)."""
     source = source or _DSN_SOURCES.get(dsn, "$DATABASE_URL")
-    detail = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ValueError | OverflowError):  # asyncpg could not parse the DSN
+        return _unparseable(source)
+    address = describe_dsn(dsn)
+    where = (
+        f"at {address} (from {source})"
+        if address is not None
+        else f"(from {source}; its address is not shown: {ENCODE_HINT})"
+    )
     return CliError(
-        f"cannot reach Postgres at {describe_dsn(dsn)} (from {source}): {detail}; "
+        f"cannot reach Postgres {where}: {_detail(exc, address is not None)}; "
         + (fix or f"start it with `make dev` or fix {source}"),
         EXIT_UNAVAILABLE,
     )
@@ -78,7 +96,7 @@ async def connect_postgres(dsn: str) -> asyncpg.Connection:
     try:
         return await asyncio.wait_for(asyncpg.connect(dsn), CONNECT_TIMEOUT_S)
     except CONNECT_ERRORS as exc:
-        raise postgres_error(dsn, exc) from exc
+        raise postgres_error(dsn, exc) from None  # the cause's text may quote the password
 
 
 def bad_input(message: str) -> NoReturn:

@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated
 
-import asyncpg
 import httpx
 import typer
 from rich.console import Console
@@ -38,6 +37,7 @@ from cli.stack.process import StackError
 from cli.stack.supervisor import Supervisor
 from cli.stack.temporal import TemporalDevServer
 from db.migrate import apply_migrations
+from db.pool import CONNECT_ERRORS
 
 console = Console()
 
@@ -97,11 +97,11 @@ async def _ensure_database(server: EmbeddedPostgres, name: str) -> None:
 async def _migrate(database_url: str) -> None:
     try:
         applied = await apply_migrations(database_url)
-    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError) as exc:
+    except CONNECT_ERRORS as exc:  # the causes' text may quote the password: not chained
         if os.environ.get("DATABASE_URL"):
             fix = "start that server, fix $DATABASE_URL, or unset it to run the embedded one"
-            raise postgres_error(database_url, exc, "$DATABASE_URL", fix) from exc
-        raise postgres_error(database_url, exc, "postgres.* in the dev config") from exc
+            raise postgres_error(database_url, exc, "$DATABASE_URL", fix) from None
+        raise postgres_error(database_url, exc, "postgres.* in the dev config") from None
     console.print(f"migrations: {len(applied)} applied" if applied else "migrations: current")
 
 

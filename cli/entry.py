@@ -52,7 +52,7 @@ async def admission_pool(dsn: str, max_size: int = 2) -> AsyncIterator[asyncpg.P
         pool = await asyncio.wait_for(create_pool(dsn, min_size=1, max_size=max_size), 10)
     except CONNECT_ERRORS as exc:
         error = postgres_error(dsn, exc)
-        raise CliError(f"{error.message}; nothing was admitted", error.code) from exc
+        raise CliError(f"{error.message}; nothing was admitted", error.code) from None
     try:
         yield pool
     finally:

@@ -91,6 +91,29 @@ def test_a_garbage_dsn_is_one_line_exit_5(dsn: str, command: str) -> None:
     assert_one_line(run(*COMMANDS[command], "--database-url", dsn), 5, "--database-url")
 
 
+# Passwords with an unencoded '/', '?', '#' or '@' move part of themselves into the port,
+# path, query or host; each piece of the password must stay out of the line all the same.
+PASSWORDS = {
+    "slash-after-digits": ("4242/s3cretpw", ("4242", "s3cretpw")),
+    "slash": ("s3cret/4242pw", ("s3cret", "4242pw")),
+    "question-mark": ("s3cret?pw4242", ("s3cret", "pw4242")),
+    "hash": ("s3cret#pw4242", ("s3cret", "pw4242")),
+    "at-sign": ("s3c@ret4242", ("s3c", "ret4242")),
+    "plain": ("s3cret4242", ("s3cret4242",)),
+}
+
+
+@pytest.mark.parametrize("shape", PASSWORDS)
+def test_no_piece_of_the_password_is_printed_whatever_its_shape(shape: str) -> None:
+    password, pieces = PASSWORDS[shape]
+    dsn = f"postgresql://u:{password}@127.0.0.1:{free_port()}/connector_push"
+    for command in ("read", "entry", "migrate"):
+        result = run(*COMMANDS[command], env={"DATABASE_URL": dsn})
+        line = assert_one_line(result, 5, "$DATABASE_URL")
+        for piece in pieces:
+            assert piece not in result.stdout + result.stderr, (command, line)
+
+
 def test_a_missing_database_is_one_line_exit_5(pg_server: PgServer) -> None:
     dsn = pg_server.dsn("no_such_database")
     assert_one_line(
