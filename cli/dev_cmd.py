@@ -28,6 +28,7 @@ from rich.markup import escape
 
 from cli.database import AsJson, connect_postgres, echo_json, postgres_error
 from cli.demo_data import load_demo
+from cli.dsn import mask_dsn
 from cli.errors import fail
 from cli.stack.derived import ingress_policy_file, service_url
 from cli.stack.devconfig import DEFAULT_PATH, DevConfig, load_dev_config
@@ -241,7 +242,7 @@ def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
     if endpoints.ui_url:
         console.print(f"  Temporal Web UI   {endpoints.ui_url}")
     console.print(f"  Temporal gRPC     {endpoints.temporal_address}")
-    console.print(f"  Postgres          {endpoints.database_url}")
+    console.print(f"  Postgres          {mask_dsn(endpoints.database_url)}")
     console.print(f"  Sandbox remote    {service_url(config.sandbox)}")
     console.print(f"  Ingress           {service_url(config.ingress)}")
     if config.worker_metrics is not None:
@@ -365,7 +366,7 @@ def register(app: typer.Typer) -> None:
         """Whether a stack runs on the data directory: its PID, URLs and child restarts."""
         info = _running(config)
         if as_json:
-            echo_json(asdict(info))
+            echo_json(info.shown())
             return
         restarts = ", ".join(f"{name} {count}" for name, count in info.restarts.items())
         typer.echo(f"running (pid {info.pid}): {info.urls()}")

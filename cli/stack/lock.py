@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
+from cli.dsn import mask_dsn
 from cli.stack.process import StackError
 
 LOCK_FILE: Final = "dev.lock"
@@ -35,10 +36,16 @@ class StackInfo:
     restarts: dict[str, int] = field(default_factory=dict)
     children: dict[str, int] = field(default_factory=dict)  # name -> current PID
 
+    def shown(self) -> dict[str, object]:
+        """The description for `dev status --json`: the Postgres password masked (`dev env`
+        alone prints the DSN whole, for `eval`)."""
+        return {**asdict(self), "database_url": mask_dsn(self.database_url)}
+
     def urls(self) -> str:
+        """Where each service answers, the Postgres password masked (this line is shown)."""
         ui = f", UI {self.ui_url}" if self.ui_url else ""
         return (
-            f"Postgres {self.database_url}, Temporal {self.temporal_address}{ui}, "
+            f"Postgres {mask_dsn(self.database_url)}, Temporal {self.temporal_address}{ui}, "
             f"sandbox {self.sandbox_url}, ingress {self.ingress_url}"
         )
 

@@ -7,13 +7,17 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import asyncpg
 import pytest
+import yaml
 from typer.testing import CliRunner
 
+from cli.dev_cmd import Endpoints, _print_endpoints
 from cli.main import app
-from cli.stack.devconfig import REPO_ROOT
+from cli.stack.devconfig import DEFAULT_PATH, REPO_ROOT, load_dev_config
+from cli.stack.lock import DataDirLock, StackInfo, StackRunning
 from cli.stack.process import free_port
 from protocol.identity import link_key
 
@@ -67,3 +71,50 @@ def test_help_lists_environment_variables_and_exit_codes(command: list[str]) -> 
     assert result.exit_code == 0, result.output
     for text in ("DATABASE_URL", "TEMPORAL_ADDRESS", "Exit codes:", "5 Postgres or Temporal"):
         assert text in result.output
+
+
+SECRET_DSN = "postgresql://app:s3cr%2Ft@db.internal:5432/connector_push"
+MASKED_DSN = "postgresql://app:***@db.internal:5432/connector_push"
+
+
+def _published_stack(tmp_path: Path) -> tuple[Path, DataDirLock]:
+    """A config on `tmp_path` and a lock held as a running `dev` holds it."""
+    doc = yaml.safe_load(DEFAULT_PATH.read_text())
+    doc["data_dir"] = str(tmp_path)
+    config = tmp_path / "temporal-dev.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    lock = DataDirLock(tmp_path)
+    lock.acquire()
+    info = StackInfo(
+        pid=4242,
+        database_url=SECRET_DSN,
+        temporal_address="127.0.0.1:7233",
+        temporal_namespace="default",
+        ui_url=None,
+        sandbox_url="http://127.0.0.1:8765",
+        ingress_url="http://127.0.0.1:8780",
+    )
+    lock.publish(info)
+    return config, lock
+
+
+def test_the_dev_stack_never_shows_the_postgres_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, lock = _published_stack(tmp_path)
+    try:
+        for args in (["dev", "status"], ["dev", "status", "--json"]):
+            result = CliRunner().invoke(app, [*args, "--config", str(config)])
+            assert result.exit_code == 0, result.output
+            assert "s3cr" not in result.output and MASKED_DSN in result.output
+        with pytest.raises(StackRunning) as running:  # a second `dev` on the directory
+            DataDirLock(tmp_path).acquire()
+        assert "s3cr" not in str(running.value) and MASKED_DSN in str(running.value)
+        # `dev env` is for `eval`: it alone prints the DSN whole.
+        exported = CliRunner().invoke(app, ["dev", "env", "--config", str(config)])
+        assert f"DATABASE_URL={SECRET_DSN}" in exported.output
+    finally:
+        lock.release()
+    _print_endpoints(Endpoints(SECRET_DSN, "127.0.0.1:7233", None), load_dev_config(config))
+    banner = capsys.readouterr().out
+    assert "s3cr" not in banner and MASKED_DSN in banner
