@@ -131,8 +131,8 @@ async def run_action(
 ) -> OperatorResult:
     """Check the key has rows, wake, wait for the loaded state, run `update` (a LinkWorkflow
     update method); refusals raise `OperatorRefused`."""
-    facts = await check_key_has_rows(dsn, link_key)
     settings = runtime_settings()
+    facts = await check_key_has_rows(dsn, link_key)
     queue = task_queue or settings.task_queue
     async with temporal_client(settings) as client:
         await wake_link(client, queue, link_key, None, facts=facts)

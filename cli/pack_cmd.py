@@ -25,7 +25,7 @@ from activities.rate_limit import ensure_fairness_limit
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
 from cli.entry import cli_runtime, run_closing_temporal
-from cli.errors import fail
+from cli.errors import fail, load_settings
 from db import packs as q
 from db.records import Conn
 from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
@@ -99,9 +99,8 @@ _REINSTALL_CONSEQUENCE = (
 )
 
 
-async def _set_rate_limits(rates: dict[str, float]) -> str:
+async def _set_rate_limits(rates: dict[str, float], settings: RuntimeSettings) -> str:
     """Set the remote rate limits (PROF-3) on the task queue; a note on what happened."""
-    settings = RuntimeSettings()
     if not rates:
         return "rate limits: no profile declares rateLimit"
     if settings.temporal_address is None:
@@ -148,11 +147,12 @@ def apply_command(
         bad_input("--confirm-reinstall confirms --reinstall, which was not given")
     if not operator.strip():
         bad_input("--operator must name who applies the pack")
+    settings = load_settings(RuntimeSettings)  # before the install: exit 5, nothing written
     applied = _apply(
         _dsn(database_url), manifest, reinstall=reinstall, operator=operator, reason=reason
     )
     result, rates = asyncio.run(applied)
-    note = run_closing_temporal(_set_rate_limits(rates))
+    note = run_closing_temporal(_set_rate_limits(rates, settings))
     if as_json:
         echo_json(result.model_dump(mode="json"))
     else:

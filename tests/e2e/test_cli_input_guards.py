@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from cli.stack.temporal import TemporalDevServer
-from tests.e2e.test_cli_errors import KEY, WHO, assert_one_line, down_dsn, run
+from tests.e2e.test_cli_errors import KEY, PACK, SAVE, WHO, assert_one_line, down_dsn, run
+from tests.e2e.test_cli_packs_records import fetchval
 
 NOT_UTF8 = os.fsdecode(b"c\xff")  # what Python makes of a non-UTF-8 argv byte
 
@@ -120,6 +121,25 @@ def test_a_worker_setting_out_of_its_rule_is_exit_5_naming_the_variable(
     variable: str, value: str
 ) -> None:
     assert_one_line(run("worker", env={variable: value}), 5, variable, "fix the variable")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["pack", "apply", PACK, "--reinstall", "--confirm-reinstall"], id="pack"),
+        pytest.param(SAVE, id="save"),
+    ],
+)
+def test_a_setting_out_of_its_rule_is_exit_5_before_anything_is_written(
+    db_dsn: str, command: list[str]
+) -> None:
+    # Was "unexpected error: ValidationError ... input_value='verbose'", exit 1, and
+    # `pack apply` said so only after its install had committed.
+    env = {"DATABASE_URL": db_dsn, "CONNECTOR_PUSH_LOG_LEVEL": "verbose"}
+    result = run(*command, env=env)
+    line = assert_one_line(result, 5, "CONNECTOR_PUSH_LOG_LEVEL", "fix the variable")
+    assert "verbose" not in result.stdout + line
+    assert fetchval(db_dsn, "SELECT count(*) FROM pack_install") == 0
 
 
 def test_a_worker_whose_temporal_is_down_is_exit_5() -> None:
