@@ -27,6 +27,7 @@ from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
 from temporalio.client import Client
 
 from activities.packs import active_manifests, get_install
+from db.bounded import bounded_transaction
 from db.notify import PACKS_CHANGED_CHANNEL, database_key, listening
 from db.rate_limits import select_link_budget_row
 from db.records import Conn
@@ -184,8 +185,9 @@ async def reservation_budget(
 
 async def current_budget_rates(pool: asyncpg.Pool) -> dict[str, float]:
     """Each limited budget's paced rate, from every active pack, read in one transaction
-    (one snapshot of which installs are active, and one round of commits, not one each)."""
-    async with pool.acquire() as conn, conn.transaction():
+    (one snapshot of which installs are active, and one round of commits, not one each).
+    Cancelled under a deadline, it leaves at once even if Postgres has stopped answering."""
+    async with bounded_transaction(pool) as conn:
         return budget_rates(await active_manifests(conn))
 
 

@@ -127,11 +127,14 @@ async def wake_best_effort(
         return WakeStatus.NOT_NEEDED
     if client is None:
         return WakeStatus.DEFERRED
-    budget = await _budget(pool, decision)
     try:
+        # The budget read is inside the bound too: the save is committed, so a Postgres
+        # that stops answering (or a pool closing under us) defers the wake-up, it never
+        # holds or fails the caller's answer.
         async with asyncio.timeout(timeout_s):
+            budget = await _budget(pool, decision)
             await wake_link(client, task_queue, key, save_id, budget, _facts(key, decision, save))
-    except Exception as error:  # Temporal down or slow: the relay signals the link later
+    except Exception as error:  # Temporal or Postgres down or slow: the relay wakes it later
         log.warning(
             "wake-up deferred to the relay: %s", type(error).__name__, extra={"link_key": key}
         )

@@ -59,8 +59,8 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_S: Final = "5"
 IDEMPOTENCY_HEADER: Final = "idempotency-key"
 DEFERRED_WARNING: Final = (
-    "wake-up deferred: Temporal did not answer in time; the admission stands and the "
-    "relay dispatches it"
+    "wake-up deferred: the workflow could not be woken in time (Temporal or Postgres); "
+    "the admission stands and the relay dispatches it"
 )
 _WAKE_CONCURRENCY: Final = 16
 
@@ -245,9 +245,18 @@ class SaveApi:
         await asyncio.wait(tasks, timeout=timeout_s)
         for task in tasks:
             task.cancel()
-        return [
-            t.result() if t.done() and not t.cancelled() else WakeStatus.DEFERRED for t in tasks
-        ]
+        return [_wake_status(t) for t in tasks]
+
+
+def _wake_status(task: asyncio.Task[WakeStatus]) -> WakeStatus:
+    """What a wake-up came to; unfinished, or failed in any way, it is deferred to the relay
+    (the saves are committed: the answer says so, never a 500)."""
+    if not task.done() or task.cancelled():
+        return WakeStatus.DEFERRED
+    if (error := task.exception()) is not None:
+        log.warning("wake-up deferred to the relay: %s", type(error).__name__)
+        return WakeStatus.DEFERRED
+    return task.result()
 
 
 _REPLAYED: Final = {"Idempotent-Replayed": "true"}
