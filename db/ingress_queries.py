@@ -55,6 +55,11 @@ class ActionExecutionRow(NamedTuple):
     remote_scope: str | None = None
 
 
+# Rows go in in key order (ORDER BY ... COLLATE "C", as `lock_link_keys` locks): an
+# insert meeting another transaction's uncommitted row with the same key waits for it,
+# so two ingress processes inserting the same events in opposite orders would each wait
+# on the other (a deadlock: a 503 for both). Every statement here inserts events, then
+# receipts, each in that one global order, so no two of them can wait in a cycle.
 INSERT_EVENTS = """
 INSERT INTO connector_event (
     event_id, endpoint, event_type, handler, payload, first_receipt_id,
@@ -63,7 +68,11 @@ INSERT INTO connector_event (
 SELECT * FROM unnest(
     $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
     $9::text[]
+) AS e (
+    event_id, endpoint, event_type, handler, payload, first_receipt_id,
+    target_object, remote_object_id, remote_scope
 )
+ORDER BY event_id COLLATE "C"
 ON CONFLICT (event_id) DO NOTHING
 RETURNING event_id
 """
@@ -73,13 +82,16 @@ INSERT INTO ingress_receipt
     (receipt_id, endpoint, request_id, event_id, event_type, attempt, payload)
 SELECT * FROM unnest(
     $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[]
-)
+) AS r (receipt_id, endpoint, request_id, event_id, event_type, attempt, payload)
+ORDER BY receipt_id COLLATE "C"
 ON CONFLICT (receipt_id) DO NOTHING
 """
 
 # Events and their receipts in one statement (one round trip for a group commit).
 # The receipts' foreign key to connector_event is checked at the end of the
-# statement, so a receipt may name an event inserted by the sibling CTE.
+# statement, so a receipt may name an event inserted by the sibling CTE. Postgres
+# runs `new_events` as the main query reads it, and `new_receipts` (read by nothing)
+# to completion after that: events first, then receipts, as the two statements above.
 ADMIT_EVENTS = """
 WITH new_events AS (
     INSERT INTO connector_event (
@@ -89,7 +101,11 @@ WITH new_events AS (
     SELECT * FROM unnest(
         $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
         $8::text[], $9::text[]
+    ) AS e (
+        event_id, endpoint, event_type, handler, payload, first_receipt_id,
+        target_object, remote_object_id, remote_scope
     )
+    ORDER BY event_id COLLATE "C"
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id
 ), new_receipts AS (
@@ -97,7 +113,8 @@ WITH new_events AS (
         (receipt_id, endpoint, request_id, event_id, event_type, attempt, payload)
     SELECT * FROM unnest(
         $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[]
-    )
+    ) AS r (receipt_id, endpoint, request_id, event_id, event_type, attempt, payload)
+    ORDER BY receipt_id COLLATE "C"
     ON CONFLICT (receipt_id) DO NOTHING
 )
 SELECT event_id FROM new_events
