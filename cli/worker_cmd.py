@@ -9,8 +9,8 @@ from rich.markup import escape
 
 from cli.database import postgres_error
 from cli.entry import temporal_error
-from cli.errors import fail, load_settings
-from worker.main import DependencyUnavailable, run_worker
+from cli.errors import EXIT_UNAVAILABLE, CliError, fail, load_settings
+from worker.main import DependencyUnavailable, Misconfigured, run_worker
 from worker.runtime import MissingSearchAttributes
 from worker.settings import RuntimeSettings
 
@@ -22,6 +22,8 @@ def register(app: typer.Typer) -> None:
         settings = load_settings(RuntimeSettings)
         try:
             asyncio.run(run_worker(settings))
+        except Misconfigured as exc:  # before any connection: exit 5 naming the variable
+            raise CliError(f"{exc}; fix the variable", EXIT_UNAVAILABLE) from None
         except DependencyUnavailable as exc:  # at start: exit 5 naming the setting
             if exc.dependency == "temporal":
                 raise temporal_error(settings, exc.cause) from None

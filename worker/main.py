@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+from pathlib import Path
 
 import asyncpg
 from temporalio.runtime import Runtime
@@ -35,8 +37,41 @@ class DependencyUnavailable(Exception):
         self.cause = cause
 
 
+class Misconfigured(Exception):
+    """A setting the worker cannot start with; names the variable, never its value."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+
+
+def _readable_file(path: str) -> bool:
+    return Path(path).is_file() and os.access(path, os.R_OK)
+
+
+def check_configuration(settings: RuntimeSettings) -> None:
+    """Refuse, before any connection, settings the worker cannot start with."""
+    if settings.database_url is None or not settings.database_url.get_secret_value().strip():
+        raise Misconfigured("DATABASE_URL", "is not set (`make dev` sets it for the local stack)")
+    if not (settings.temporal_address or "").strip():
+        raise Misconfigured(
+            "TEMPORAL_ADDRESS", "is not set (host:port; `make dev` sets it for the local stack)"
+        )
+    cert, key = settings.temporal_tls_cert, settings.temporal_tls_key
+    if bool(cert) != bool(key):
+        raise Misconfigured("TEMPORAL_TLS_CERT/TEMPORAL_TLS_KEY", "set both or neither")
+    for variable, path in (("TEMPORAL_TLS_CERT", cert), ("TEMPORAL_TLS_KEY", key)):
+        if path and not _readable_file(path):
+            raise Misconfigured(variable, "is not a readable file")
+
+
 async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = None) -> None:
-    """Run until `stop` is set (or SIGINT/SIGTERM when no event is given)."""
+    """Run until `stop` is set (or SIGINT/SIGTERM when no event is given).
+
+    Every setting is checked, and Temporal and Postgres both answer, before the first
+    remote side effect (schedules, rate limits): a misconfigured worker changes nothing.
+    """
+    check_configuration(settings)
     configure_logging(settings)
     configure_tracing(settings, "connector-push-worker")
     stop = stop or _stop_on_signals()
@@ -45,15 +80,14 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
         client = await connect_temporal(settings, runtime)
     except RuntimeError as exc:  # the SDK's "Failed client connect": refused, DNS, TLS
         raise DependencyUnavailable("temporal", exc) from exc
-    await ensure_search_attributes(client)
-    await ensure_relay_schedule(client, settings.task_queue)
-    await ensure_prune_schedule(client, settings.task_queue, settings.prune_input())
-    dsn = settings.require_database_url()
     try:
-        pool = await create_pool(dsn, min_size=2, max_size=20)
+        pool = await create_pool(settings.require_database_url(), min_size=2, max_size=20)
     except CONNECT_ERRORS as exc:
         raise DependencyUnavailable("postgres", exc) from exc
     try:
+        await ensure_search_attributes(client)
+        await ensure_relay_schedule(client, settings.task_queue)
+        await ensure_prune_schedule(client, settings.task_queue, settings.prune_input())
         await ensure_rate_limits(client, pool, settings.task_queue)
         async with remote_http_client() as http:
             worker = build_worker(

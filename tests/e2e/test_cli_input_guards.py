@@ -6,13 +6,17 @@ unreachable or misconfigured) and nothing done, where they used to exit 1 as an
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
 
 from cli.stack.temporal import TemporalDevServer
 from tests.e2e.test_cli_errors import KEY, PACK, SAVE, WHO, assert_one_line, down_dsn, run
 from tests.e2e.test_cli_packs_records import fetchval
+from worker.schedules import prune_schedule_id, relay_schedule_id
 
 NOT_UTF8 = os.fsdecode(b"c\xff")  # what Python makes of a non-UTF-8 argv byte
 
@@ -156,12 +160,53 @@ def test_a_worker_whose_temporal_is_down_is_exit_5() -> None:
         pytest.param("postgresql://u:s3cret@127.0.0.1:notaport/x", id="bad-port"),
     ],
 )
-def test_a_worker_whose_postgres_cannot_be_used_is_exit_5(
-    temporal_server: TemporalDevServer, dsn: str | None
+async def test_a_worker_whose_postgres_cannot_be_used_is_exit_5_and_changes_nothing(
+    temporal_server: TemporalDevServer, temporal_client: Client, dsn: str | None
 ) -> None:
-    env = {"DATABASE_URL": dsn or down_dsn(), "TEMPORAL_ADDRESS": temporal_server.address}
-    line = assert_one_line(run("worker", env=env), 5, "cannot reach Postgres", "$DATABASE_URL")
+    queue = f"guard-{uuid.uuid4().hex[:8]}"
+    env = {
+        "DATABASE_URL": dsn or down_dsn(),
+        "TEMPORAL_ADDRESS": temporal_server.address,
+        "CONNECTOR_PUSH_TASK_QUEUE": queue,
+        "CONNECTOR_PUSH_PRUNE_OLDER_THAN": "30d",
+    }
+    line = assert_one_line(run("worker", env=env), 5, "Postgres", "$DATABASE_URL")
     assert "s3cret" not in line
+    # Was: the relay and prune schedules were created before Postgres was tried.
+    for schedule_id in (relay_schedule_id(queue), prune_schedule_id(queue)):
+        with pytest.raises(RPCError):
+            await temporal_client.get_schedule_handle(schedule_id).describe()
+
+
+@pytest.mark.parametrize(
+    ("settings", "variable"),
+    [
+        pytest.param({"TEMPORAL_ADDRESS": "127.0.0.1:1"}, "DATABASE_URL", id="no-database-url"),
+        pytest.param({"DATABASE_URL": "postgresql://u@h/d"}, "TEMPORAL_ADDRESS", id="no-address"),
+        pytest.param(
+            {"DATABASE_URL": "postgresql://u@h/d", "TEMPORAL_ADDRESS": " "},
+            "TEMPORAL_ADDRESS",
+            id="blank-address",
+        ),
+        pytest.param(
+            {"TEMPORAL_TLS_CERT": "/no/such/cert.pem", "TEMPORAL_TLS_KEY": "/etc/hostname"},
+            "TEMPORAL_TLS_CERT",
+            id="missing-cert",
+        ),
+        pytest.param({"TEMPORAL_TLS_KEY": "/etc/hostname"}, "TEMPORAL_TLS_CERT", id="key-alone"),
+    ],
+)
+def test_a_worker_setting_it_cannot_start_with_is_exit_5_naming_it(
+    settings: dict[str, str], variable: str
+) -> None:
+    # Was exit 1 ("DATABASE_URL is not set", "invalid target URL: empty host",
+    # "unexpected error: FileNotFoundError"). Nothing answers at 127.0.0.1:1: the settings
+    # are refused before any connection is tried.
+    env = {"DATABASE_URL": "postgresql://u@127.0.0.1:1/d", "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    env.update(settings)
+    env = {k: v for k, v in env.items() if k in settings or k not in {variable}}
+    line = assert_one_line(run("worker", env=env), 5, variable, "fix the variable")
+    assert "/no/such" not in line
 
 
 def test_a_status_filter_outside_the_lifecycle_is_exit_2_not_an_empty_list() -> None:
