@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Final
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -29,7 +30,7 @@ from ingress import actions
 from ingress.admission import Admitter
 from ingress.config import IngressConfig, TemporalTarget
 from ingress.dispatch import Background, WorkflowStarter
-from ingress.errors import DropReason, Rejection, Unavailable
+from ingress.errors import OVER_CAPACITY_EXTENSION, DropReason, Rejection, Unavailable
 from ingress.gate import deadline_budget_ms, read_verified_body
 from ingress.logthrottle import ThrottledLog
 from ingress.metrics import DropCounter
@@ -79,6 +80,21 @@ class _PlainEndpoint:
         await response(scope, receive, send)
 
 
+class _CapacityGate:
+    """Answers at once a request the server marked beyond `max_connections` (ingress/
+    server.py counts the connections; the answer depends on the endpoint's mode)."""
+
+    def __init__(self, app: ASGIApp, ingress: IngressApp) -> None:
+        self._app = app
+        self._ingress = ingress
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and OVER_CAPACITY_EXTENSION in scope.get("extensions", {}):
+            await self._ingress.over_capacity(scope["path"])(scope, receive, send)
+            return
+        await self._app(scope, receive, send)
+
+
 class IngressApp:
     """Holds the loaded configuration and the admitter; builds one handler per endpoint."""
 
@@ -93,6 +109,7 @@ class IngressApp:
             None  # set by the lifespan when Temporal is configured
         )
         self.background = Background()
+        self._endpoint_names = {e.path: e.name for e in config.policy.endpoints}
         # Set by the lifespan with the starter: the save API wakes link workflows with it.
         self.temporal: tuple[Client, str] | None = None
 
@@ -114,6 +131,23 @@ class IngressApp:
         return _JSONResponse(
             {"error": reason.value}, status_code=503, headers={"Retry-After": RETRY_AFTER_S}
         )
+
+    def over_capacity(self, path: str) -> Response:
+        """A request beyond `max_connections`: the endpoint's internal-failure answer
+        (ING-2: 503 + Retry-After, 204 on ack_drop), anything else 503 + Retry-After;
+        the connection is closed, so the slot it held is given back."""
+        name = self._endpoint_names.get(path)
+        if name is not None:
+            response = self._unavailable(name, DropReason.OVER_CAPACITY)
+        else:
+            warn.warning("%s unavailable: %s", path, DropReason.OVER_CAPACITY.value)
+            response = _JSONResponse(
+                {"error": DropReason.OVER_CAPACITY.value},
+                status_code=503,
+                headers={"Retry-After": RETRY_AFTER_S},
+            )
+        response.headers["Connection"] = "close"
+        return response
 
     def route(self, name: str, handle: Handler) -> ASGIApp:
         """The endpoint as a plain ASGI app (Starlette routes to it without wrapping it
@@ -258,6 +292,10 @@ def create_app(
             await ingress.background.close()
             await admitter.close()
 
-    app = Starlette(routes=ingress.routes(), lifespan=lifespan)
+    app = Starlette(
+        routes=ingress.routes(),
+        lifespan=lifespan,
+        middleware=[Middleware(_CapacityGate, ingress=ingress)],
+    )
     app.state.ingress = ingress
     return app

@@ -11,6 +11,7 @@ class DropReason(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     DATABASE_UNAVAILABLE = "database_unavailable"
     ADMISSION_FAILED = "admission_failed"
+    OVER_CAPACITY = "over_capacity"  # more than `max_connections` connections open
 
 
 class Rejection(Exception):
@@ -32,3 +33,9 @@ class Unavailable(Exception):
 
 # The one named internal 503 that no mode turns into an acknowledgement (ING-3).
 REQUEST_URI_RESOLVE_FAILED = "request_uri_resolve_failed"
+
+
+# The ASGI scope extension the server's protocol (ingress/server.py) sets on a request
+# that arrived with more than `max_connections` connections open; the app answers it at
+# once with the endpoint's internal-failure answer (ING-2).
+OVER_CAPACITY_EXTENSION = "connector_push.over_capacity"

@@ -1,13 +1,17 @@
 """Serve the ingress with uvicorn: the one place a process reads its settings.
 
-uvicorn bounds an idle keep-alive connection (`timeout_keep_alive`) and the
-connections it serves (`limit_concurrency`), but not the time to receive a
-request head: its keep-alive timer is cancelled by the first byte, and a new
-connection has no timer at all, so a client that stalls halfway through its
-headers holds the connection for ever (slowloris). `HeadTimeoutProtocol` is
-uvicorn's own httptools protocol plus that one timer, armed when a connection
-opens and when a request's first byte arrives, disarmed when the head is
-complete; when it fires the connection is closed.
+uvicorn bounds an idle keep-alive connection (`timeout_keep_alive`), but not the
+time to receive a request head: its keep-alive timer is cancelled by the first
+byte, and a new connection has no timer at all, so a client that stalls halfway
+through its headers holds the connection for ever (slowloris). Nor does its own
+connection limit (`limit_concurrency`) answer as an endpoint must: a plain-text
+503 without Retry-After, on ack_drop endpoints too (ING-2). `BoundedProtocol` is
+uvicorn's own httptools protocol plus both bounds: a head timer, armed when a
+connection opens and when a request's first byte arrives, disarmed when the head
+is complete (when it fires the connection is closed); and, once the head is in,
+a count of the open connections, marking a request beyond `max_connections` for
+the app to answer at once (ingress/app.py). uvicorn's limit stays, further out,
+as a backstop.
 """
 
 from __future__ import annotations
@@ -27,17 +31,21 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from ingress.admission import check_database_url
 from ingress.app import create_app
 from ingress.config import ConfigError, IngressSettings, load_config
+from ingress.errors import OVER_CAPACITY_EXTENSION
 from protocol.ingress_policy import IngressPolicy
 
 # Set in the extra processes `serve` starts, so they serve and start no others.
 CHILD_ENV: Final = "CONNECTOR_PUSH_INGRESS_CHILD"
 STOP_TIMEOUT_S: Final = 10.0
+UVICORN_LIMIT_FACTOR: Final = 2
 
 
-class HeadTimeoutProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, closing a connection whose head stalls."""
+class BoundedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing a connection whose head stalls and marking
+    a request that arrives with more than `max_connections` connections open."""
 
     head_timeout_s: ClassVar[float] = 2.0
+    max_connections: ClassVar[int] = 1_000
     _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -51,6 +59,10 @@ class HeadTimeoutProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm_head_timer()
+        # This connection is among those counted; tasks still running count too (a
+        # request whose connection closed under it), as in uvicorn's own limit.
+        if len(self.connections) > self.max_connections or len(self.tasks) >= self.max_connections:
+            self.scope.setdefault("extensions", {})[OVER_CAPACITY_EXTENSION] = {}
         super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -71,21 +83,28 @@ class HeadTimeoutProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def protocol_for(policy: IngressPolicy) -> type[HeadTimeoutProtocol]:
-    """The protocol class with the policy's head timeout."""
+def protocol_for(policy: IngressPolicy) -> type[BoundedProtocol]:
+    """The protocol class with the policy's head timeout and connection bound."""
     return type(
-        "PolicyHeadTimeoutProtocol",
-        (HeadTimeoutProtocol,),
-        {"head_timeout_s": policy.head_timeout_ms / 1000},
+        "PolicyBoundedProtocol",
+        (BoundedProtocol,),
+        {
+            "head_timeout_s": policy.head_timeout_ms / 1000,
+            "max_connections": policy.max_connections,
+        },
     )
 
 
 def uvicorn_config(app: Any, policy: IngressPolicy, **options: Any) -> uvicorn.Config:
-    """uvicorn's configuration for the ingress: the policy's head and connection bounds."""
+    """uvicorn's configuration for the ingress: the policy's head and connection bounds.
+
+    uvicorn's own limit (answering past it without the app) is only a backstop: our
+    answer covers up to `UVICORN_LIMIT_FACTOR` times `max_connections` connections, each
+    closed once answered, and a head still arriving is closed by the head timeout."""
     return uvicorn.Config(
         app,
         http=protocol_for(policy),
-        limit_concurrency=policy.max_connections,
+        limit_concurrency=policy.max_connections * UVICORN_LIMIT_FACTOR,
         log_level="warning",
         access_log=False,
         **options,

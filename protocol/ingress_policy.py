@@ -208,7 +208,8 @@ class IngressPolicy(_Strict):
     # connection's or the request's first byte; a stalled head is closed. The
     # per-request deadline (ING-4) starts only once the head is in.
     head_timeout_ms: Annotated[int, Field(gt=0, le=60_000)] = 2_000
-    # Connections served at once; a request beyond it is answered 503 at once.
+    # Connections served at once; a request beyond it is answered at once as an internal
+    # failure (ING-2: 503 + Retry-After, or 204 on an ack_drop endpoint).
     max_connections: Annotated[int, Field(gt=0, le=100_000)] = 1_000
 
     @model_validator(mode="after")
