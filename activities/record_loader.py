@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, Va
 
 from db import records as q
 from protocol.identity import check_part
+from protocol.storable import MEANINGS, location_text, unstorable_at
 
 ALL_RECORDS = "*"
 
@@ -90,6 +91,9 @@ def parse_records_document(data: object) -> RecordsDocument:
     """Validate a parsed YAML/JSON document; raises `RecordsFileInvalid`."""
     if not isinstance(data, Mapping):
         raise RecordsFileInvalid(("document: must be a mapping with `records` and `grants`",))
+    if (found := unstorable_at(dict(data))) is not None:  # NaN, "\0": the database refuses
+        where, reason = found
+        raise RecordsFileInvalid((f"{location_text(where)}: {MEANINGS[reason]}",))
     try:
         doc = RecordsDocument.model_validate(data)
     except ValidationError as error:

@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from protocol.identity import check_part
 from protocol.jsonpath import parse_id_path
+from protocol.storable import MEANINGS, location_text, unstorable_at
 from protocol.templates import (
     CREATE_PLACEHOLDERS,
     LOOKUP_PLACEHOLDERS,
@@ -395,6 +396,9 @@ def _problem(loc: tuple[int | str, ...], message: str) -> str:
 
 def parse_manifest(data: Mapping[str, object]) -> PackManifest:
     """Validate a parsed manifest document; raises `ManifestInvalid`."""
+    if (found := unstorable_at(dict(data))) is not None:  # NaN, "\0": the database refuses
+        where, reason = found
+        raise ManifestInvalid((f"{location_text(where)}: {MEANINGS[reason]}",))
     try:
         return PackManifest.model_validate(data)
     except ValidationError as error:

@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from cli.stack.temporal import TemporalDevServer
+from protocol.storable import MEANINGS
 from tests.e2e.test_cli_errors import KEY, PACK, SAVE, WHO, assert_one_line, down_dsn, run
 from tests.e2e.test_cli_packs_records import fetchval
 from worker.schedules import prune_schedule_id, relay_schedule_id
@@ -56,6 +57,52 @@ def test_a_file_nested_past_the_parsers_is_exit_2(
     path.write_text("[" * depth + "]" * depth, encoding="utf-8")
     args = [*command, "--config", str(path)] if command[0] == "ingress" else [*command, str(path)]
     assert_one_line(run(*args, env={"DATABASE_URL": down_dsn()}), 2, "nested too deeply")
+
+
+def _demo_pack_with(line: str, replacement: str) -> str:
+    text = Path(PACK).read_text(encoding="utf-8")
+    assert line in text
+    return text.replace(line, replacement, 1)
+
+
+_RECORD = '{{"records": [{{"object": "Contact", "id": "c-9", "fields": {{{}}}}}]}}'
+UNSTORABLE = {
+    "records-yaml-nan": (
+        "records.yaml",
+        "records:\n- {object: Contact, id: c-9, fields: {score: .nan}}\n",
+        "records[0].fields.score",
+    ),
+    "records-json-overflow": ("r.json", _RECORD.format('"score": 1e999999'), "fields.score"),
+    "records-nul": ("r.json", _RECORD.format('"name": "a\\u0000b"'), "fields.name"),
+    "records-surrogate": ("r.json", _RECORD.format('"name": "a\\ud800"'), "fields.name"),
+    "records-surrogate-key": ("r.json", _RECORD.format('"n\\ud800": 1'), "records[0].fields["),
+    "pack-infinity": (
+        "pack.yaml",
+        _demo_pack_with("backoffCoefficient: 2.0", "backoffCoefficient: .inf"),
+        "profiles[0].retryPolicy.backoffCoefficient",
+    ),
+    "pack-nul": (
+        "pack.yaml",
+        _demo_pack_with("namespace: demo", 'namespace: "demo\\0"'),
+        "namespace",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNSTORABLE)
+def test_a_value_the_database_cannot_store_is_exit_2_naming_the_field(
+    tmp_path: Path, case: str
+) -> None:
+    # Was "unexpected error" exit 1 from inside the load (NaN and infinities are not JSON;
+    # Postgres text takes no NUL and no lone surrogate). Postgres is down: it is refused first.
+    name, text, field = UNSTORABLE[case]
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    command = ["pack", "apply"] if case.startswith("pack") else ["records", "load"]
+    result = run(*command, str(path), env={"DATABASE_URL": down_dsn()})
+    assert result.returncode == 2, result.stderr
+    assert field in result.stderr and "Traceback" not in result.stderr
+    assert any(meaning in result.stderr for meaning in MEANINGS.values()), result.stderr
 
 
 def test_a_device_is_refused_instead_of_read_forever(tmp_path: Path) -> None:
