@@ -6,7 +6,8 @@ import hashlib
 import json
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from enum import StrEnum
 
 import asyncpg
@@ -231,3 +232,16 @@ def path_to(
         walk.append(node)
         node = previous[node]
     return walk[::-1]
+
+
+@asynccontextmanager
+async def rows_from_before_0090(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """Write rows an older schema allowed: a create attempt for a key that already has a
+    link, which migration 0090 refuses now. A database upgraded from before it may hold
+    them, so revalidation's occupancy rule (REV-2) must still see them."""
+    guard = "ALTER TABLE connector_push_attempt {} TRIGGER connector_push_attempt_linked_key_tg"
+    await conn.execute(guard.format("DISABLE"))
+    try:
+        yield
+    finally:
+        await conn.execute(guard.format("ENABLE"))

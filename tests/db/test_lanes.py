@@ -68,8 +68,10 @@ async def test_the_status_check_rejects_unknown_values_even_without_triggers(
     # behind them holds on its own (e.g. with triggers disabled for a repair).
     async with db_pool.acquire() as conn:
         pack_install_id = await insert_pack_install(conn)
-        link_key = await insert_link(conn, pack_install_id)
+        # The attempt first: a key with a link never gets a create attempt (0090).
+        link_key = new_link_key()
         await insert_attempt(conn, pack_install_id, link_key=link_key)
+        await insert_link(conn, pack_install_id, link_key=link_key)
         await conn.execute(
             "INSERT INTO connector_patch_dispatch (link_key, status) VALUES ($1, 'pending')",
             link_key,

@@ -142,3 +142,25 @@ async def test_the_locator_scope_ignores_target_object_profile_and_slot_names(
         # The destination slot is part of the scope: another one is another locator.
         other = {**renamed, "destination_slot_id": "dest-2"}
         await insert_link(conn, pack_install_id, remote_id="remote-77", columns=other)
+
+
+@pytest.mark.parametrize("link_status", ["finalized", "suspended_drift", "retired"])
+async def test_a_key_with_a_link_never_gets_another_create_attempt(
+    db_pool: asyncpg.Pool, link_status: str
+) -> None:
+    """Migration 0090: admission PATCHes once a key has a link, and finalize's key lock keeps
+    a racing admission from reserving a create; should either be skipped, Postgres refuses
+    the attempt (CP004) instead of letting a second create be reserved. The first attempt
+    (and the link it finalized) are written in that order and stay legal."""
+    link_key = new_link_key()
+    async with db_pool.acquire() as conn:
+        pack_install_id = await insert_pack_install(conn)
+        first = await insert_attempt(conn, pack_install_id, link_key=link_key)
+        await set_status(conn, "attempt", first, "terminal_failed")
+        await insert_link(conn, pack_install_id, link_key=link_key)
+        await set_status(conn, "link", link_key, link_status)
+        with pytest.raises(asyncpg.PostgresError, match="has a link") as refused:
+            await insert_attempt(conn, pack_install_id, link_key=link_key, ordinal=2)
+        assert refused.value.sqlstate == "CP004"
+        count = "SELECT count(*) FROM connector_push_attempt WHERE link_key = $1"
+        assert await conn.fetchval(count, link_key) == 1

@@ -25,6 +25,7 @@ from tests.db.rows import (
     insert_event,
     insert_link,
     insert_pack_install,
+    new_link_key,
     set_status,
 )
 
@@ -137,7 +138,7 @@ async def _world(conn: asyncpg.Connection) -> dict[str, Any]:
         await _set_patch(conn, patch_id, "superseded")  # [3], [4] go; [5:] are the newest 20
     await _insert_patch(conn, link, patches[1], age[patches[1]])  # pending, unfinished: stays
     # An attempt with a journal row: attempts and their journal are never pruned.
-    attempt = await insert_attempt(conn, pack, link_key=link, status="pending")
+    attempt = await insert_attempt(conn, pack, link_key=new_link_key(), status="pending")
     claimed = await jq.claim_for_send(conn, str(attempt), uuid.uuid4(), checkpoint=True)
     assert claimed is not None
     processed, admitted, acted = [await insert_event(conn) for _ in range(3)]

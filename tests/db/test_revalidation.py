@@ -42,6 +42,7 @@ from tests.db.rows import (
     insert_link,
     insert_pack_install,
     pack_document,
+    rows_from_before_0090,
     set_status,
 )
 
@@ -326,7 +327,8 @@ WALKS: dict[AttemptStatus, list[AttemptStatus]] = {
 async def _attempt(
     conn: asyncpg.Connection, links: Links, key: str, status: AttemptStatus
 ) -> uuid.UUID:
-    attempt = await insert_attempt(conn, links.old_pack, link_key=key)
+    async with rows_from_before_0090(conn):
+        attempt = await insert_attempt(conn, links.old_pack, link_key=key)
     for step in WALKS[status]:
         await set_status(conn, "attempt", attempt, step.value)
     return attempt

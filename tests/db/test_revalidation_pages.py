@@ -20,7 +20,7 @@ from protocol.revalidation import (
     RevalidationStatus,
     link_row_digest,
 )
-from tests.db.rows import insert_attempt
+from tests.db.rows import insert_attempt, rows_from_before_0090
 from tests.db.test_revalidation import Links, plan, state
 from tests.db.test_revalidation import links as links  # the fixture, re-exported
 
@@ -62,7 +62,8 @@ async def test_a_conflict_on_the_last_page_rejects_the_members_of_the_first(
     conn: asyncpg.Connection, links: Links
 ) -> None:
     manifest = await plan(conn, links, links.keys)
-    await insert_attempt(conn, links.old_pack, link_key=links.keys[-1])  # pending: occupies
+    async with rows_from_before_0090(conn):
+        await insert_attempt(conn, links.old_pack, link_key=links.keys[-1])  # pending: occupies
     before = await state(conn)
     for entry in (validate, apply):
         result = await entry(conn, manifest)
