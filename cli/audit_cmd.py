@@ -15,7 +15,7 @@ from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
 from cli.database import resolve_dsn as _dsn
 from db import audit as q
 from protocol.audit import AuditRecord
-from protocol.retention import AgeInvalid, parse_age
+from protocol.retention import AgeInvalid, AgeTooLong, parse_age
 
 _stdout = Console(highlight=False)
 
@@ -26,13 +26,16 @@ def _since(text: str | None) -> datetime | None:
         return None
     try:
         return datetime.now(UTC) - parse_age(text)
+    except AgeTooLong as error:
+        bad_input(f"--since: {error}")
     except AgeInvalid:
         pass
     try:
         when = datetime.fromisoformat(text)
-    except ValueError:
+        # In UTC it must still be a date (0001-01-01T00:00+01:00 is not).
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
         bad_input(f"--since {text!r}: an age like 24h or 7d, or an ISO time like 2026-12-01T10:00")
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 async def _entries(

@@ -67,7 +67,8 @@ def load_settings(model: type[_S]) -> _S:
         prefix = model.model_config.get("env_prefix", "")
         variable = alias if isinstance(alias, str) else f"{prefix}{name}".upper()
         raise CliError(
-            f"{variable}: {first['msg']}; fix the variable (values are not shown)",
+            f"{variable}: {first['msg'].removeprefix('Value error, ')}; "
+            "fix the variable (values are not shown)",
             EXIT_UNAVAILABLE,
         ) from None
 

@@ -17,16 +17,29 @@ _AGE: Final = re.compile(r"([1-9][0-9]{0,5})([smhdw])")
 _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
+# Longer ages mean nothing to retention or an audit query, and `now - age` must stay
+# a datetime (999999w is past year 1: OverflowError).
+MAX_AGE: Final = timedelta(days=36_500)
+
+
 class AgeInvalid(ValueError):
     """An age argument that is not `<n><unit>`."""
 
 
+class AgeTooLong(AgeInvalid):
+    """An age argument of the right shape beyond `MAX_AGE`."""
+
+
 def parse_age(text: str) -> timedelta:
-    """`30d`, `12h`, `90m`, `2w`, `45s` as a timedelta; raises `AgeInvalid` otherwise."""
+    """`30d`, `12h`, `90m`, `2w`, `45s` as a timedelta of at most `MAX_AGE`; raises
+    `AgeInvalid` otherwise."""
     match = _AGE.fullmatch(text.strip())
     if match is None:
         raise AgeInvalid(f"{text!r} is not an age like 30d, 12h, 90m, 2w or 45s")
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    age = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    if age > MAX_AGE:
+        raise AgeTooLong(f"{text!r} is longer than {MAX_AGE.days}d (100 years)")
+    return age
 
 
 # PATCH rows kept per link beyond the age cut (the newest ones, finished or not).

@@ -11,7 +11,13 @@ from typing import Final, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from protocol.retention import DEFAULT_KEEP_PATCHES, AgeInvalid, PruneInput, parse_age
+from protocol.retention import (
+    DEFAULT_KEEP_PATCHES,
+    MAX_AGE,
+    AgeInvalid,
+    PruneInput,
+    parse_age,
+)
 
 # The worker's sticky cache: open runs kept in memory between tasks. Parked links stay
 # open (one run each, waiting for an operator), so this bounds the worker's memory, not
@@ -75,8 +81,11 @@ class RuntimeSettings(BaseSettings):
         if value is not None:
             try:
                 parse_age(value)
-            except AgeInvalid as error:
-                raise ValueError(f"CONNECTOR_PUSH_PRUNE_OLDER_THAN: {error}") from None
+            except AgeInvalid:  # the message names the variable; its value is not shown
+                raise ValueError(
+                    "CONNECTOR_PUSH_PRUNE_OLDER_THAN is not an age like 30d, 12h, 90m, 2w "
+                    f"or 45s of at most {MAX_AGE.days}d"
+                ) from None
         return value
 
     def prune_input(self) -> PruneInput | None:

@@ -162,16 +162,32 @@ def test_counts_past_int64_are_usage_errors_not_database_errors() -> None:
 
 
 @pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["audit", "--since", "999999d"], "--since"),
+        (["audit", "--since", "0001-01-01T00:00:00+01:00"], "--since"),
+        (["prune", "--older-than", "999999w", "--dry-run"], "--older-than"),
+    ],
+)
+def test_an_age_or_time_past_the_calendar_is_exit_2(args: list[str], option: str) -> None:
+    # Was OverflowError (audit, exit 1) or, for prune, one after connecting; Postgres is
+    # down here, so the value is refused before any connection.
+    assert_one_line(run(*args, env={"DATABASE_URL": down_dsn()}), 2, option)
+
+
+@pytest.mark.parametrize(
     ("variable", "value"),
     [
         ("CONNECTOR_PUSH_MAX_CACHED_WORKFLOWS", "-1"),
         ("CONNECTOR_PUSH_OTEL_EXPORTER", "bogus"),
+        ("CONNECTOR_PUSH_PRUNE_OLDER_THAN", "999999d"),
     ],
 )
 def test_a_worker_setting_out_of_its_rule_is_exit_5_naming_the_variable(
     variable: str, value: str
 ) -> None:
-    assert_one_line(run("worker", env={variable: value}), 5, variable, "fix the variable")
+    line = assert_one_line(run("worker", env={variable: value}), 5, variable, "fix the variable")
+    assert value not in line
 
 
 @pytest.mark.parametrize(
