@@ -7,7 +7,7 @@ from starlette.requests import Request
 
 from ingress.body import read_limited_body
 from ingress.errors import REQUEST_URI_RESOLVE_FAILED, Rejection
-from ingress.signature import SignedRequest, signing_uri, verify
+from ingress.signature import SignedRequest, check_headers, signing_uri, verify_signature
 from protocol.ingress_policy import Endpoint
 
 
@@ -36,8 +36,13 @@ def _uri(endpoint: Endpoint, request: Request) -> str:
 async def read_verified_body(
     endpoint: Endpoint, secret: SecretStr, request: Request, now_ms: int
 ) -> bytes:
-    """The raw body, once it is within the limit and its signature verifies."""
+    """The raw body, once it is within the limit and its signature verifies.
+
+    What the headers alone refuse (no signature, no or a stale timestamp) is refused
+    before the body is read: a 401 in every mode (ING-3), never a body that stalls into
+    the deadline and answers 503, or 204 on ack_drop."""
+    presented = check_headers(endpoint.signature, request.headers, now_ms)
     body = await read_limited_body(request, endpoint.body_limit)
     signed = SignedRequest(request.method, _uri(endpoint, request), body, request.headers)
-    verify(endpoint.signature, secret, signed, now_ms)
+    verify_signature(endpoint.signature, secret, presented, signed)
     return body

@@ -71,34 +71,64 @@ def _check_timestamp(policy: SignaturePolicy, raw: str, now_ms: int) -> None:
         raise Rejection(401, "future_timestamp")
 
 
-def _v3(policy: SignaturePolicy, secret: bytes, request: SignedRequest, now_ms: int) -> None:
-    provided = _header(request.headers, policy.signature_header)
+@dataclass(frozen=True)
+class PresentedSignature:
+    """The request's signature headers, as far as the headers alone can check them."""
+
+    signature: str
+    timestamp: str = ""  # v3 only
+
+
+def check_headers(
+    policy: SignaturePolicy, headers: Mapping[str, str], now_ms: int
+) -> PresentedSignature:
+    """What the headers alone decide, before any body byte is read: the signature header
+    is there and, for v3, a timestamp within the window; else `Rejection(401)`."""
+    provided = _header(headers, policy.signature_header)
+    if policy.scheme is not SignatureScheme.V3:
+        return PresentedSignature(provided)
     assert policy.timestamp_header is not None, "the policy requires it for v3"
-    timestamp = _header(request.headers, policy.timestamp_header)
+    timestamp = _header(headers, policy.timestamp_header)
     _check_timestamp(policy, timestamp, now_ms)
-    message = (request.method + request.uri).encode("utf-8") + request.body + timestamp.encode()
+    return PresentedSignature(provided, timestamp)
+
+
+def _v3(secret: bytes, request: SignedRequest, presented: PresentedSignature) -> None:
+    timestamp = presented.timestamp.encode()
+    message = (request.method + request.uri).encode("utf-8") + request.body + timestamp
     digest = hmac.new(secret, message, hashlib.sha256).digest()
-    if not _equal(base64.b64encode(digest).decode("ascii"), provided):
+    if not _equal(base64.b64encode(digest).decode("ascii"), presented.signature):
         raise Rejection(401, "bad_signature")
 
 
-def _legacy(policy: SignaturePolicy, secret: bytes, request: SignedRequest) -> None:
-    provided = _header(request.headers, policy.signature_header)
+def _legacy(
+    policy: SignaturePolicy, secret: bytes, request: SignedRequest, presented: PresentedSignature
+) -> None:
     if policy.scheme is SignatureScheme.V2:
         message = secret + (request.method + request.uri).encode("utf-8") + request.body
     else:
         message = secret + request.body
-    if not _equal(hashlib.sha256(message).hexdigest(), provided.lower()):
+    if not _equal(hashlib.sha256(message).hexdigest(), presented.signature.lower()):
         raise Rejection(401, "bad_signature")
+
+
+def verify_signature(
+    policy: SignaturePolicy,
+    secret: SecretStr,
+    presented: PresentedSignature,
+    request: SignedRequest,
+) -> None:
+    """Return if `presented` (from `check_headers`) signs the request; else `Rejection(401)`."""
+    key = secret.get_secret_value().encode("utf-8")
+    if policy.scheme is SignatureScheme.V3:
+        _v3(key, request, presented)
+    else:
+        _legacy(policy, key, request, presented)
 
 
 def verify(policy: SignaturePolicy, secret: SecretStr, request: SignedRequest, now_ms: int) -> None:
     """Return if the request is authentic under the endpoint's scheme; else `Rejection(401)`."""
-    key = secret.get_secret_value().encode("utf-8")
-    if policy.scheme is SignatureScheme.V3:
-        _v3(policy, key, request, now_ms)
-    else:
-        _legacy(policy, key, request)
+    verify_signature(policy, secret, check_headers(policy, request.headers, now_ms), request)
 
 
 def sign_v3(secret: str, method: str, uri: str, body: bytes, timestamp_ms: int) -> str:

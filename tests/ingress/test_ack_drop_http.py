@@ -88,6 +88,51 @@ async def test_security_and_protocol_failures_are_the_same_on_both_modes(
     assert await counts(db_pool) == NOTHING_STORED
 
 
+def _unverifiable_headers(case: str, body: bytes, path: str) -> dict[str, str]:
+    headers = signed_headers(body, path)
+    match case:
+        case "unsigned":
+            return {"content-type": "application/json"}
+        case "no_timestamp":
+            del headers["x-hubspot-request-timestamp"]
+            return headers
+        case "stale_timestamp":
+            return signed_headers(body, path, timestamp_ms=wall_clock_ms() - 301_000)
+    raise AssertionError(case)
+
+
+async def _status_with_a_stalled_body(live: Live, path: str, headers: dict[str, str]) -> bytes:
+    """POST the head and one byte of a body whose rest never comes; the status line."""
+    host, port = live.base_url.removeprefix("http://").split(":")
+    body = encode([event(1)])
+    fields = {**headers, "host": "x", "content-length": str(len(body))}
+    head = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head.encode() + b"\r\n" + body[:1])
+        await writer.drain()
+        async with asyncio.timeout(10):
+            return await reader.readline()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+@pytest.mark.parametrize("case", ["unsigned", "no_timestamp", "stale_timestamp"])
+async def test_ing3_what_the_headers_refuse_is_401_on_both_modes_even_if_the_body_stalls(
+    live: Live, db_pool: asyncpg.Pool, case: str
+) -> None:
+    """ING-3: a missing signature or timestamp, or a stale timestamp, is known from the
+    headers alone, so it is a 401 in both modes without waiting for the body; waiting,
+    a stalled body would run into the deadline and answer 503, or 204 on ack_drop."""
+    statuses = []
+    for path in (RETRY, DROP):
+        headers = _unverifiable_headers(case, encode([event(1)]), path)
+        statuses.append(await _status_with_a_stalled_body(live, path, headers))
+    assert [s.split(b" ")[1] for s in statuses] == [b"401", b"401"], statuses
+    assert await counts(db_pool) == NOTHING_STORED
+
+
 async def _asgi_post(
     live: Live, path: str, query: bytes, body: bytes, headers: dict[str, str], *, raw_path: bool
 ) -> int:
