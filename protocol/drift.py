@@ -48,6 +48,7 @@ class DriftSurface(StrEnum):
     MIRROR_FIELDS = "mirror_fields"
     TARGET_RENAMED = "target_renamed"
     TARGET_NEW_SLOT = "target_new_slot"
+    REMOTE_SCOPE = "remote_scope"
     IDEMPOTENCY_SUPPORT = "idempotency_support"
     PROFILE_PAYLOAD = "profile_payload"
 
@@ -101,6 +102,11 @@ MATRIX: Final[dict[DriftSurface, tuple[Disposition, Disposition]]] = {
     # attempt never POSTs to it (GATE-2, issue 15's target/destination row).
     S.TARGET_RENAMED: (X, X),
     S.TARGET_NEW_SLOT: (X, X),
+    # The seed's "target object renamed/rebound with same DestinationSlotId" row: fail
+    # closed until the destination contract proves the same remote target. A destination
+    # slot whose remote scope (portal, account) changed names another remote target: the
+    # link's remote id belongs to the old scope, and the frozen create was bound to it.
+    S.REMOTE_SCOPE: (X, X),
     S.IDEMPOTENCY_SUPPORT: (B, F),
     S.PROFILE_PAYLOAD: (X, F),
 }
@@ -206,6 +212,8 @@ def _authority_changes(
 def _destination_changes(snap: Durable, destination: DestinationSlot) -> Iterator[Change]:
     if destination.target_object != snap.names.target_object:
         yield S.TARGET_RENAMED, f"{snap.names.target_object} -> {destination.target_object}"
+    if destination.remote_scope != snap.remote_scope:
+        yield S.REMOTE_SCOPE, f"{snap.remote_scope} -> {destination.remote_scope}"
 
 
 def _profile_changes(old: ProfileSnapshot, new: ProfileSnapshot) -> Iterator[Change]:

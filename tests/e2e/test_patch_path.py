@@ -192,6 +192,10 @@ def target_new_slot(doc: Doc) -> None:
     contact_slot(doc)["destinationSlot"] = "remote-people"
 
 
+def remote_scope(doc: Doc) -> None:
+    doc["destinationSlots"][0]["remoteScope"] = "other-portal"  # type: ignore[index]
+
+
 def base_url(doc: Doc) -> None:
     contact_profile(doc)["baseUrl"] = "http://127.0.0.1:9"
 
@@ -206,6 +210,7 @@ def base_url(doc: Doc) -> None:
         pytest.param(update_path, False, "update_path", id="update-path"),
         pytest.param(mapping_rows, False, "mapping", id="mapping-rows"),
         pytest.param(target_new_slot, False, "target_new_slot", id="target-new-destination-slot"),
+        pytest.param(remote_scope, False, "remote_scope", id="remote-scope"),
     ],
 )
 async def test_fail_closed_drift_suspends_and_sends_nothing(

@@ -169,6 +169,12 @@ ROWS: list[tuple[DriftSurface, Callable[[], ActiveMetadata], Disposition, Dispos
         D.FAIL_CLOSED,
     ),
     (
+        S.REMOTE_SCOPE,
+        lambda: active_for(destination(remoteScope="other-portal")),
+        D.FAIL_CLOSED,
+        D.FAIL_CLOSED,
+    ),
+    (
         S.IDEMPOTENCY_SUPPORT,
         lambda: active_for(profile(idempotency={"patchReplaySafe": True})),
         D.BENIGN,
