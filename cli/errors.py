@@ -13,11 +13,12 @@ Exit codes (listed in every command's help, see `EXIT_CODES_HELP`):
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, ParamSpec, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -52,6 +53,8 @@ class CliError(Exception):
 
 
 _S = TypeVar("_S", bound=BaseSettings)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def load_settings(model: type[_S]) -> _S:
@@ -112,6 +115,19 @@ def _whole_lines_when_piped() -> Iterator[None]:
         os.environ.pop("COLUMNS", None)
 
 
+def whole_lines_when_piped(callback: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`callback` (a command's body) with piped output unfolded. Only the body: `--help`
+    is printed while the arguments are parsed, before it, and stays at rich's 80 columns
+    (10,000 made a piped subcommand's help a quarter megabyte of box drawing)."""
+
+    @functools.wraps(callback)
+    def body(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _whole_lines_when_piped():
+            return callback(*args, **kwargs)
+
+    return body
+
+
 def _require_utf8(arguments: list[str]) -> None:
     """Python decodes argv bytes that are not UTF-8 into lone surrogates, which no
     database, file name or remote can take: refuse them, naming the argument."""
@@ -140,8 +156,7 @@ class OneLineErrors(TyperGroup):
     # `Any`: typer types this with its vendored click's Context, which it does not export.
     def invoke(self, ctx: Any) -> Any:
         try:
-            with _whole_lines_when_piped():
-                return super().invoke(ctx)
+            return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise  # usage errors and exits: typer prints and exits as it documents
         except CliError as error:

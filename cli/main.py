@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.errors import EXIT_CODES_HELP, OneLineErrors, enable_debug
+from cli.errors import EXIT_CODES_HELP, OneLineErrors, enable_debug, whole_lines_when_piped
 
 app = typer.Typer(
     name="connector-push",
@@ -33,14 +33,20 @@ def _with_codes(epilog: str | None) -> str:
     return f"{epilog}\n\n{EXIT_CODES_HELP}" if epilog else EXIT_CODES_HELP
 
 
-def _add_help_epilogs(typer_app: typer.Typer) -> None:
-    """Every command's help lists the environment variables and exit codes."""
+def _finish_commands(typer_app: typer.Typer) -> None:
+    """Every command's help lists the environment variables and exit codes, and every
+    command's body prints whole lines when piped (`whole_lines_when_piped`)."""
     for command in typer_app.registered_commands:
         command.epilog = _with_codes(command.epilog)
+        if command.callback is not None:
+            command.callback = whole_lines_when_piped(command.callback)
+    group_body = typer_app.registered_callback
+    if group_body is not None and group_body.callback is not None:  # e.g. `dev` itself
+        group_body.callback = whole_lines_when_piped(group_body.callback)
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
             group.epilog = _with_codes(group.epilog)
-            _add_help_epilogs(group.typer_instance)
+            _finish_commands(group.typer_instance)
 
 
 def _register_all() -> None:
@@ -84,7 +90,7 @@ def _register_all() -> None:
         status_cmd,
     ):
         module.register(app)
-    _add_help_epilogs(app)
+    _finish_commands(app)
 
 
 _register_all()

@@ -55,6 +55,15 @@ def test_piped_tables_keep_whole_link_keys(demo_db: asyncpg.Pool, db_dsn: str) -
     assert "…" not in listed.stdout
 
 
+@pytest.mark.parametrize("command", [["links", "list"], ["dev"], ["revalidate", "apply"]])
+def test_piped_help_keeps_the_terminal_width(command: list[str]) -> None:
+    # Was 10,000 columns (the width piped tables get): ~180 KB of box drawing per help.
+    result = run("postgresql://unused@127.0.0.1:1/x", *command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Usage:" in result.stdout and "Exit codes" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+
+
 def test_a_record_that_never_existed_is_source_not_found(
     demo_db: asyncpg.Pool, db_dsn: str
 ) -> None:
