@@ -29,6 +29,7 @@ from typer.core import TyperGroup
 
 EXIT_FAILED: Final = 1
 EXIT_BAD_INPUT: Final = 2
+EXIT_REJECTED: Final = 3
 EXIT_UNAVAILABLE: Final = 5
 DEBUG_ENV: Final = "CONNECTOR_PUSH_DEBUG"
 PIPED_COLUMNS: Final = 10_000

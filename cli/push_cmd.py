@@ -29,6 +29,7 @@ from activities.rate_limit import pack_change_listener
 from activities.save_entry import WakeStatus, admit_one, wake_best_effort
 from cli.database import AsJson, DatabaseUrl, bad_input, echo_json, resolve_dsn
 from cli.entry import admission_pool, connect_best_effort, run_closing_temporal, runtime_settings
+from cli.errors import EXIT_REJECTED
 from db import push as q
 from protocol.admission import ObservedActiveAttempt, Rejected, SaveRequest
 from protocol.identity import link_key
@@ -279,7 +280,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Report a save for every matching record of the slot's source object (initial
         sync, API-3). Resumable: records already linked or with an active attempt are
-        skipped. Ctrl-C stops admitting; admitted saves stand and are dispatched."""
+        skipped. Ctrl-C stops admitting; admitted saves stand and are dispatched.
+
+        Exits 3 when any save was rejected or a --record-id was not found (every other
+        save stands), 130 when interrupted."""
         if bool(record_id) == all_records:
             bad_input("pass --all or at least one --record-id (not both)")
         tally = Tally()
@@ -305,6 +309,8 @@ def register(app: typer.Typer) -> None:
         _print_summary(tally, as_json)
         if tally.interrupted:
             raise typer.Exit(EXIT_INTERRUPTED)
+        if tally.rejected or tally.not_found:
+            raise typer.Exit(EXIT_REJECTED)
 
 
 def _print_summary(tally: Tally, as_json: bool) -> None:

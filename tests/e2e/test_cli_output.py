@@ -72,6 +72,27 @@ def test_a_record_that_never_existed_is_source_not_found(
     assert json.loads(result.stdout)["reason"] == "source_not_found"
 
 
+PUSH = ["push", "--owner-key", "demo-owner", "--action-slot", "push-contact", "--user", "alice"]
+
+
+@pytest.mark.parametrize(
+    ("record_ids", "code"),
+    [
+        pytest.param(["c-001"], 0, id="admitted"),
+        pytest.param(["c-001", "c-004"], 3, id="one-rejected"),  # c-004 has no Email
+        pytest.param(["c-002", "no-such-record"], 3, id="one-not-found"),
+    ],
+)
+def test_push_exits_3_when_a_save_was_rejected_or_a_record_not_found(
+    demo_db: asyncpg.Pool, db_dsn: str, record_ids: list[str], code: int
+) -> None:
+    # Was exit 0 whatever happened. Temporal is down: the admissions stand, wakes deferred.
+    named = [arg for record_id in record_ids for arg in ("--record-id", record_id)]
+    result = run(db_dsn, *PUSH, *named, "--no-wait", "--json")
+    assert result.returncode == code, result.stderr
+    assert json.loads(result.stdout)["admitted"] == 1  # the others stand all the same
+
+
 @pytest.mark.parametrize(
     "command", [[], ["retire"], ["links", "list"], ["dev", "env"], ["revalidate", "apply"]]
 )
