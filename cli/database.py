@@ -145,6 +145,17 @@ def read_text_file(path: Path, expected: str = "a YAML or JSON file") -> str:
         bad_input(f"{path}: not a UTF-8 text file (byte {exc.start}); give {expected}")
 
 
+def check_writable(path: Path, option: str) -> None:
+    """Exit 2 now, before any work, when `path` could not be written to later."""
+    where = f"{option} {path}"
+    if path.is_dir():
+        bad_input(f"{where}: a directory; give a file path")
+    if not path.parent.is_dir():
+        bad_input(f"{where}: directory {path.parent} does not exist; create it first")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        bad_input(f"{where}: not writable; check the path and permissions")
+
+
 def read_document(path: Path) -> object:
     """Parse a YAML or JSON file (`.json` as JSON, anything else as YAML)."""
     text = read_text_file(path)

@@ -18,7 +18,15 @@ from rich.table import Table
 
 from activities import revalidation as revalidation_activity
 from activities.revalidation import LockTableTooSmall, OnStep, Phase, PlanError, PlanRequest
-from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
+from cli.database import (
+    AsJson,
+    DatabaseUrl,
+    bad_input,
+    check_writable,
+    connect,
+    echo_json,
+    read_document,
+)
 from cli.database import resolve_dsn as _dsn
 from cli.errors import EXIT_UNAVAILABLE, CliError
 from protocol.revalidation import (
@@ -223,6 +231,8 @@ def plan_command(
     """
     approval = (approved_by, approval_reference, reason)
     request = _plan_request(operation_id, approval, new_pack_install, link_key or [], all_finalized)
+    if out is not None:
+        check_writable(out, "--out")  # before the plan, not after it
     try:
         manifest = asyncio.run(_plan(_dsn(database_url), request))
     except (PlanError, ManifestRejected) as error:

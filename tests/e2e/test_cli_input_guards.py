@@ -272,6 +272,20 @@ def test_a_worker_setting_it_cannot_start_with_is_exit_5_naming_it(
     assert "/no/such" not in line
 
 
+@pytest.mark.parametrize("where", ["missing-dir/rev.json", "."])
+def test_revalidate_plan_refuses_an_out_path_it_cannot_write_before_planning(
+    tmp_path: Path, where: str
+) -> None:
+    # Was FileNotFoundError/IsADirectoryError, exit 1, once the plan was made. Postgres is
+    # down: the path is refused before any connection.
+    plan = ["revalidate", "plan", "--operation-id", "op-1", "--all-finalized"]
+    plan += ["--approved-by", "a", "--approval-reference", "r", "--reason", "why"]
+    plan += ["--new-pack-install", "00000000-0000-0000-0000-000000000000"]
+    out = str(tmp_path / where)
+    line = assert_one_line(run(*plan, "--out", out, env={"DATABASE_URL": down_dsn()}), 2, "--out")
+    assert out in line
+
+
 def test_a_status_filter_outside_the_lifecycle_is_exit_2_not_an_empty_list() -> None:
     for command in (["links", "list"], ["attempts", "list"]):
         result = run(*command, "--status", "bogus", env={"DATABASE_URL": down_dsn()})
