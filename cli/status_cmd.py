@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from activities.status import read_status
-from cli.database import AsJson, DatabaseUrl, connect, echo_json
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
 from cli.database import resolve_dsn as _dsn
 from protocol.status import RATE_WINDOW_SECONDS, StatusSnapshot
 
@@ -39,6 +39,18 @@ async def _ingress_503s(url: str | None) -> int | None:
     except httpx.HTTPError:
         return None
     return sum(int(n) for n in _UNAVAILABLE.findall(text))
+
+
+def _check_ingress_url(url: str) -> None:
+    """Exit 2 before anything runs when `--ingress-url` cannot be requested at all."""
+    try:
+        parsed = httpx.URL(url)
+        usable = parsed.scheme in {"http", "https"} and bool(parsed.host)
+        usable = usable and (parsed.port is None or 0 < parsed.port < 65_536)
+    except httpx.InvalidURL:
+        usable = False
+    if not usable:
+        bad_input(f"--ingress-url {url!r}: not an http(s) URL like http://127.0.0.1:8780")
 
 
 async def _snapshot(dsn: str, ingress_url: str | None) -> StatusSnapshot:
@@ -118,8 +130,12 @@ def status_command(
     as_json: AsJson = False,
 ) -> None:
     """Links by state, parked work, suspensions, queue depth and rates, from Postgres."""
+    if watch and as_json:
+        bad_input("--watch redraws a terminal view; for data, run `status --json` repeatedly")
+    if ingress_url is not None:
+        _check_ingress_url(ingress_url)
     dsn = _dsn(database_url)
-    if watch and not as_json:
+    if watch:
         try:
             asyncio.run(_watch(dsn, ingress_url, interval))
         except KeyboardInterrupt:

@@ -286,6 +286,23 @@ def test_revalidate_plan_refuses_an_out_path_it_cannot_write_before_planning(
     assert out in line
 
 
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--ingress-url", "http://127.0.0.1:99999"], "--ingress-url"),
+        (["--ingress-url", "http://[::1"], "--ingress-url"),
+        (["--ingress-url", "127.0.0.1:8780"], "--ingress-url"),
+        (["--watch", "--json"], "--watch"),
+    ],
+)
+def test_status_refuses_an_unusable_ingress_url_or_watch_with_json(
+    args: list[str], option: str
+) -> None:
+    # Was InvalidURL or an ExceptionGroup, exit 1, after the snapshot (and --json silently
+    # dropped --watch). Postgres is down: the arguments are refused before it is tried.
+    assert_one_line(run("status", *args, env={"DATABASE_URL": down_dsn()}), 2, option)
+
+
 def test_a_status_filter_outside_the_lifecycle_is_exit_2_not_an_empty_list() -> None:
     for command in (["links", "list"], ["attempts", "list"]):
         result = run(*command, "--status", "bogus", env={"DATABASE_URL": down_dsn()})
