@@ -135,6 +135,49 @@ async def test_the_bytes_on_the_wire_are_the_frozen_request_through_every_change
     assert not {"phone", "given_name", "jobtitle"} & set(obj["properties"])
 
 
+def plain_profile_turns_idempotent(doc: Doc) -> None:
+    """`sandbox-plain` (companies) now declares an Idempotency-Key for POST: drift the
+    matrix calls frozen-no-effect for an active create, so the frozen request is sent."""
+    plain = next(p for p in doc["profiles"] if p["name"] == "sandbox-plain")  # type: ignore[union-attr]
+    plain["idempotency"] = {"post": {"header": "Idempotency-Key"}}
+
+
+async def test_recovery_reads_the_frozen_profile_not_the_live_one(
+    stack: Stack, remote: BackgroundSandbox, hooks: ChangingHooks
+) -> None:
+    """Seed "Retry And Recovery" (the frozen profile decides what a retry may do; REC-4).
+    The company's profile gains an idempotency declaration after its create was frozen
+    without one; the POST lands and its answer is lost. The frozen request carries no
+    key, so re-sending it would be a second company: recovery must judge it by the frozen
+    profile (no idempotency: park ambiguous), not by the live one (replay-safe)."""
+    await stack.push("c-002")  # the company's association target: no deferred lane
+    await eventually(
+        lambda: stack.attempt(contact_key("c-002")), lambda r: r["status"] == "finalized"
+    )
+
+    async def turn_idempotent() -> None:
+        await apply_edit(stack.pool, remote, plain_profile_turns_idempotent)
+
+    hooks.steps = [turn_idempotent]
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(
+            method="POST", path="/crm/v3/objects/companies", action="reset_after_effect", nth=1
+        )
+    )
+    decision = await stack.push(
+        "a-002", slot="push-company", obj="Account", dest="remote-companies"
+    )
+    assert isinstance(decision, CreateReserved), decision
+    assert "Idempotency-Key" not in decision.reservation.request.headers
+    key = decision.reservation.link_key
+    attempt = await eventually(
+        lambda: stack.attempt(key), lambda r: r["status"] == "ambiguous_remote_effect"
+    )
+    assert attempt["remote_io_started_at"] is not None and hooks.steps == []
+    creates = await stack.sandbox.ledger(object_type="companies", kind="create")
+    assert len(creates) == 1
+
+
 # -- finalize + writeback_pending: one transaction --------------------------------------
 
 FAIL_LINK_COMMIT = """
