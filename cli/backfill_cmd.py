@@ -24,7 +24,7 @@ from activities.backfill import (
     plan_backfill,
 )
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, resolve_dsn
-from cli.errors import fail
+from cli.errors import fail, required_text
 from db.records import Conn
 from protocol.backfill import Outcome, RecordDecision
 
@@ -186,6 +186,7 @@ def apply_command(
 ) -> None:
     """Re-plan under locks and create a finalized link per adoptable record, one transaction
     per page. Never POSTs, never touches attempts or records; re-running adopts nothing new."""
+    required_text("--operator", operator)
     slots = tuple(action_slot or ())
 
     async def run(conn: Conn, bar: _Bar) -> BackfillReport:

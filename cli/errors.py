@@ -77,6 +77,14 @@ def load_settings(model: type[_S]) -> _S:
         ) from None
 
 
+def required_text(option: str, value: str) -> str:
+    """`value`, or exit 2 naming `option` when it is empty or only whitespace: who acts and
+    why are recorded on rows and in the audit trail, where a blank says nothing."""
+    if not value.strip():
+        raise CliError(f"{option} must not be empty or blank", EXIT_BAD_INPUT)
+    return value
+
+
 def debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in {"", "0", "false", "no"}
 

@@ -35,7 +35,7 @@ from temporalio.service import RPCError
 from activities.wake import link_facts
 from cli.database import AsJson, DatabaseUrl, open_connection, resolve_dsn
 from cli.entry import run_closing_temporal, runtime_settings, temporal_client
-from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail
+from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail, required_text
 from db.link_rows import link_key_known
 from protocol.identity import is_link_key
 from protocol.messages import (
@@ -208,12 +208,19 @@ _M = TypeVar("_M", bound=BaseModel)
 def _request(model: type[_M], **fields: object) -> _M:
     """The operator action's input, or exit 2 naming the option and its rule (nothing is
     started or written: this runs before any connection)."""
+    for name, value in fields.items():
+        if isinstance(value, str):
+            required_text(_option(name), value)
     try:
         return model.model_validate(fields)
     except ValidationError as error:
         first = error.errors()[0]
-        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else model.__name__
+        option = _option(str(first["loc"][0])) if first["loc"] else model.__name__
         raise CliError(f"{option}: {first['msg']}", EXIT_BAD_INPUT) from None
+
+
+def _option(field: str) -> str:
+    return "--" + field.replace("_", "-")
 
 
 def register(app: typer.Typer) -> None:

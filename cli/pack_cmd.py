@@ -25,7 +25,7 @@ from activities.rate_limit import ensure_fairness_limit
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
 from cli.entry import cli_runtime, run_closing_temporal
-from cli.errors import fail, load_settings
+from cli.errors import fail, load_settings, required_text
 from db import packs as q
 from db.records import Conn
 from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
@@ -145,8 +145,7 @@ def apply_command(
         bad_input(f"{_REINSTALL_CONSEQUENCE}; pass --confirm-reinstall to proceed")
     if confirm_reinstall and not reinstall:
         bad_input("--confirm-reinstall confirms --reinstall, which was not given")
-    if not operator.strip():
-        bad_input("--operator must name who applies the pack")
+    required_text("--operator", operator)
     settings = load_settings(RuntimeSettings)  # before the install: exit 5, nothing written
     applied = _apply(
         _dsn(database_url), manifest, reinstall=reinstall, operator=operator, reason=reason

@@ -130,6 +130,12 @@ def test_ingress_readback_of_an_unreadable_policy_is_exit_2(
     [
         (["retire", KEY, "--operator", "", "--reason", "why"], "--operator"),
         (["reconcile", KEY, "--remote-id", "r-1", "--evidence", "", *WHO], "--evidence"),
+        # Whitespace only was taken as a name (operator commands) or failed at the first
+        # adoption with a ValidationError, exit 1 (backfill apply).
+        (["retire", KEY, "--operator", "ops", "--reason", " \t"], "--reason"),
+        (["backfill", "apply", "--owner-key", "demo-owner", "--operator", ""], "--operator"),
+        (["backfill", "apply", "--owner-key", "demo-owner", "--operator", "  "], "--operator"),
+        (["pack", "apply", PACK, "--operator", " "], "--operator"),
     ],
 )
 def test_an_empty_operator_field_is_exit_2_naming_the_option(
