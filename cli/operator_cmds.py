@@ -48,6 +48,7 @@ from protocol.messages import (
     RevalidateInput,
     SupersedeInput,
 )
+from protocol.remote_ids import RemoteIdError, check_remote_id
 from protocol.summary import LinkFacts
 from worker.crm import wake_link, workflow_id
 from workflows.link import LinkWorkflow
@@ -256,6 +257,10 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """ambiguous_remote_effect -> finalized link with an operator-proven remote id."""
+        try:  # PROF-4 here, not only in the activity: nothing is woken for a bad id
+            check_remote_id(remote_id)
+        except RemoteIdError as error:
+            raise CliError(f"--remote-id: {error}", EXIT_BAD_INPUT) from None
         request = _request(
             ReconcileInput, operator=operator, reason=reason, remote_id=remote_id, evidence=evidence
         )

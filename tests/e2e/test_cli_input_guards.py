@@ -147,6 +147,16 @@ def test_an_empty_operator_field_is_exit_2_naming_the_option(
     assert "pydantic" not in line, line
 
 
+@pytest.mark.parametrize("remote_id", [" 12", "12\n", "1\x072", "12\u200b"])
+def test_a_remote_id_that_is_not_canonical_is_exit_2_before_anything_is_woken(
+    remote_id: str,
+) -> None:
+    # Was refused only by the activity, after the link's workflow had been woken.
+    command = ["reconcile", KEY, "--remote-id", remote_id, "--evidence", "seen", *WHO]
+    env = {"DATABASE_URL": down_dsn(), "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    assert_one_line(run(*command, env=env), 2, "--remote-id")
+
+
 def test_user_text_is_printed_as_given_not_as_markup(db_dsn: str) -> None:
     for owner in ("[/]", "[bold]x"):
         line = assert_one_line(
