@@ -16,6 +16,7 @@ from cli.errors import EXIT_UNAVAILABLE, CliError, fail, load_settings
 from ingress.admission import DatabaseUrlUnreadable
 from ingress.config import ConfigError, IngressSettings, PolicyLocation, parse_policy, readback
 from ingress.server import serve
+from protocol.ingress_policy import IngressPolicy
 
 ConfigOption = Annotated[
     Path | None,
@@ -30,6 +31,17 @@ def _policy_path(option: Path | None) -> Path:
     if path is None:
         fail("no ingress policy: pass --config or set CONNECTOR_PUSH_INGRESS_CONFIG")
     return path
+
+
+def _read_policy(path: Path) -> IngressPolicy:
+    """The policy file parsed and validated; anything wrong with it exits 2, one line."""
+    text = read_text_file(path, "the YAML policy")
+    try:
+        return parse_policy(text)
+    except ConfigError as exc:
+        bad_input(f"{path}: {' '.join(str(exc).split())}")
+    except RecursionError:
+        bad_input(f"{path}: nested too deeply to read")
 
 
 def _print_readback(data: dict[str, object]) -> None:
@@ -66,6 +78,7 @@ def register(app: typer.Typer) -> None:
         ctx.obj = config
         if ctx.invoked_subcommand is None:
             path = _policy_path(config)
+            _read_policy(path)  # a bad file is bad input (exit 2), as for `readback`
             settings = load_settings(IngressSettings)
             try:
                 serve(path, settings)
@@ -82,13 +95,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the active endpoint policy (modes, schemes, limits); never secret values."""
         path = _policy_path(config or ctx.obj)
-        text = read_text_file(path, "the YAML policy")
+        policy = _read_policy(path)
         try:
-            data = readback(parse_policy(text), os.environ)
+            data = readback(policy, os.environ)
         except ConfigError as exc:
             bad_input(f"{path}: {' '.join(str(exc).split())}")
-        except RecursionError:
-            bad_input(f"{path}: nested too deeply to read")
         if as_json:
             typer.echo(json.dumps(data, indent=2, sort_keys=True))
         else:
