@@ -22,6 +22,8 @@ from cli.stack.devconfig import load_dev_config
 from db.pool import CONNECT_ERRORS
 
 CONNECT_TIMEOUT_S: Final = 10.0
+# No pack, records file or manifest comes near this; a file past it is a mistake.
+MAX_INPUT_BYTES: Final = 256 * 2**20
 
 DatabaseUrl = Annotated[
     str | None,
@@ -134,10 +136,20 @@ def _syntax_error(path: Path, exc: json.JSONDecodeError | yaml.YAMLError) -> str
 
 
 def read_text_file(path: Path, expected: str = "a YAML or JSON file") -> str:
-    """A UTF-8 text file's contents; unreadable, devices or other bytes exit 2 (nothing done)."""
+    """A UTF-8 text file's contents; unreadable, not a regular file, over
+    `MAX_INPUT_BYTES` or other bytes exit 2 (nothing done)."""
     try:
-        if stat.S_ISCHR(mode := path.stat().st_mode) or stat.S_ISBLK(mode):
-            bad_input(f"{path}: a device, not a file (it would be read forever); give {expected}")
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode) and not stat.S_ISDIR(status.st_mode):
+            kind = (
+                "a device"
+                if stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode)
+                else "a FIFO or socket"
+            )
+            # Read forever (/dev/zero) or until a writer comes (a FIFO): never read.
+            bad_input(f"{path}: {kind}, not a file (it would be read forever); give {expected}")
+        if status.st_size > MAX_INPUT_BYTES:
+            bad_input(f"{path}: larger than {MAX_INPUT_BYTES // 2**20} MiB; give {expected}")
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         bad_input(f"{path}: cannot read ({exc.strerror or exc}); check the path and permissions")

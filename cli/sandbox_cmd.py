@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
-from rich.markup import escape
+from pydantic import ValidationError
 
-from cli.errors import fail
+from cli.database import bad_input, read_document
 from cli.stack.devconfig import load_dev_config
 from sandbox.config import RateLimitConfig, SandboxConfig
 from sandbox.server import run_sandbox
@@ -18,9 +18,18 @@ from sandbox.server import run_sandbox
 def load_sandbox_config(
     config_file: Path | None, persist: Path | None, rate_limit: str | None = None
 ) -> SandboxConfig:
-    """Read the YAML config (defaults without one); the flags override its fields."""
-    raw = yaml.safe_load(config_file.read_text("utf-8")) if config_file is not None else None
-    config = SandboxConfig.model_validate(raw or {})
+    """Read the YAML config (defaults without one); the flags override its fields.
+
+    An unreadable file exits 2 (`read_document`); a config or flag that breaks its rule
+    raises ValueError with one line naming the file or flag.
+    """
+    raw = read_document(config_file) if config_file is not None else None
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ValueError(f"{config_file}: a sandbox config is a mapping of SandboxConfig fields")
+    try:
+        config = SandboxConfig.model_validate(raw or {})
+    except ValidationError as error:
+        raise ValueError(f"{config_file}: {_first_problem(error)}") from None
     if persist is not None:
         config = config.model_copy(update={"persist_path": persist})
     if rate_limit is not None:
@@ -28,12 +37,21 @@ def load_sandbox_config(
     return config
 
 
+def _first_problem(error: ValidationError) -> str:
+    first = error.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc']) or 'document'}: {first['msg']}"
+
+
 def parse_rate_limit(text: str) -> RateLimitConfig:
     """`REQUESTS/SECONDS`, e.g. `100/10` for HubSpot's ten-second burst window."""
     requests, slash, seconds = text.partition("/")
+    wrong = f"--rate-limit {text!r}: expected REQUESTS/SECONDS, e.g. 100/10"
     if not slash:
-        raise ValueError(f"--rate-limit {text!r}: expected REQUESTS/SECONDS, e.g. 100/10")
-    return RateLimitConfig.model_validate({"requests": requests, "per_seconds": seconds})
+        raise ValueError(wrong)
+    try:
+        return RateLimitConfig.model_validate({"requests": requests, "per_seconds": seconds})
+    except ValidationError as error:
+        raise ValueError(f"{wrong} ({_first_problem(error)})") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -62,7 +80,7 @@ def register(app: typer.Typer) -> None:
         """Serve the sandbox remote; see /_sandbox/ledger for the create ledger."""
         try:
             sandbox_config = load_sandbox_config(config, persist, rate_limit)
-        except (OSError, yaml.YAMLError, ValueError) as exc:
-            fail(escape(f"sandbox config: {exc}"))
+        except ValueError as exc:
+            bad_input(str(exc))
         dev = load_dev_config().sandbox
         run_sandbox(sandbox_config, host or dev.host, port or dev.port)

@@ -13,6 +13,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from cli.database import MAX_INPUT_BYTES
 from cli.stack.temporal import TemporalDevServer
 from protocol.storable import MEANINGS
 from tests.e2e.test_cli_errors import KEY, PACK, SAVE, WHO, assert_one_line, down_dsn, run
@@ -109,6 +110,42 @@ def test_a_device_is_refused_instead_of_read_forever(tmp_path: Path) -> None:
     link = tmp_path / "pack.yaml"
     link.symlink_to("/dev/zero")
     assert_one_line(run("pack", "apply", str(link)), 2, "a device, not a file")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_a_fifo_or_an_oversized_file_is_refused_without_reading_it(
+    tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / "pack.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)  # was: read until a writer came, i.e. for ever
+    else:
+        with path.open("wb") as sparse:
+            sparse.truncate(MAX_INPUT_BYTES + 1)
+    expected = "a FIFO or socket, not a file" if kind == "fifo" else "larger than"
+    assert_one_line(run("pack", "apply", str(path)), 2, str(path), expected)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--config", "{tmp}/missing.yaml"], "cannot read"),
+        (["--config", "{tmp}/malformed.yaml"], "not valid YAML"),
+        (["--config", "{tmp}/list.yaml"], "a sandbox config is a mapping"),
+        (["--config", "{tmp}/wrong.yaml"], "seed"),
+        (["--rate-limit", "abc"], "--rate-limit 'abc'"),
+        (["--rate-limit", "a/b"], "--rate-limit 'a/b'"),
+    ],
+)
+def test_a_sandbox_config_or_flag_it_cannot_use_is_one_line_exit_2(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    # Was exit 1 with multi-line YAML or pydantic dumps.
+    (tmp_path / "malformed.yaml").write_text("a: [\n", encoding="utf-8")
+    (tmp_path / "list.yaml").write_text("- 1\n", encoding="utf-8")
+    (tmp_path / "wrong.yaml").write_text("seed: many\n", encoding="utf-8")
+    given = [arg.format(tmp=tmp_path) for arg in args]
+    assert_one_line(run("sandbox", *given, "--port", "1"), 2, expected)
 
 
 @pytest.mark.parametrize(
