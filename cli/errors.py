@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, NoReturn, ParamSpec, TypeVar
 
+import asyncpg
 import typer
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
@@ -173,6 +174,11 @@ class OneLineErrors(TyperGroup):
                 raise
             print_error(escape(error.message))
             raise typer.Exit(error.code) from None
+        except asyncpg.UndefinedTableError as exc:  # whichever query found the schema missing
+            if debug_enabled():
+                raise
+            print_error(escape(f"{exc}: run `connector-push migrate` first"))
+            raise typer.Exit(EXIT_UNAVAILABLE) from None
         except Exception as exc:
             if debug_enabled():
                 raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,35 @@ def test_a_missing_database_is_one_line_exit_5(pg_server: PgServer) -> None:
     assert_one_line(
         run("links", "list", env={"DATABASE_URL": dsn}), 5, "no_such_database", "does not exist"
     )
+
+
+@pytest.fixture
+async def unmigrated_dsn(pg_server: PgServer) -> AsyncIterator[str]:
+    name = await pg_server.create_database("cp_unmigrated")
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        await pg_server.drop_database(name)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["links", "list"],
+        ["attempts", "list"],
+        ["attempts", "show", "a-1"],
+        SAVE,
+        ["push", "--owner-key", "o", "--action-slot", "s", "--user", "a", "--all"],
+        ["retire", KEY, *WHO],
+        ["pack", "show"],
+    ],
+)
+def test_an_unmigrated_database_is_one_line_exit_5_for_every_command(
+    unmigrated_dsn: str, command: list[str]
+) -> None:
+    # Was "unexpected error: UndefinedTableError", exit 1, for all but the `connect()` users.
+    env = {"DATABASE_URL": unmigrated_dsn, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}
+    assert_one_line(run(*command, env=env), 5, "does not exist", "connector-push migrate")
 
 
 def test_debug_shows_the_traceback() -> None:
