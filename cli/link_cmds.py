@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import asyncpg
 import typer
@@ -28,7 +28,12 @@ from protocol.states import AttemptStatus, LinkStatus
 from worker.crm import SaveOutcome, WakeStatus, report_save_outcome, wake_best_effort
 
 console = Console()
+_stderr = Console(stderr=True)
 _DECISION = TypeAdapter(AdmissionDecision)
+LIST_LIMIT: Final = 500
+ListLimit = Annotated[
+    int, typer.Option("--limit", min=1, max=100_000, help="show at most N rows, newest first")
+]
 
 LINK_COLUMNS = "link_key, source_object, source_record_id, action_slot_id, status, remote_id"
 ATTEMPT_COLUMNS = (
@@ -98,6 +103,20 @@ async def _attempt_and_journal(
         await conn.close()
 
 
+def _list(dsn: str, sql: str, status: str | None, limit: int, as_json: bool, title: str) -> None:
+    """The newest `limit` rows (`sql` takes the status and a row count); one row more is
+    read so that a cut list says so on stderr, whatever the output format."""
+    rows = asyncio.run(_rows(dsn, sql, status, limit + 1))
+    _print(rows[:limit], as_json, title)
+    if len(rows) > limit:
+        _stderr.print(
+            f"note: showing the newest {limit} {title}; there are more "
+            "(pass --limit N, or --status to narrow)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def _print(rows: list[dict[str, Any]], as_json: bool, title: str) -> None:
     if as_json:
         console.print_json(json.dumps(rows, default=str))
@@ -143,30 +162,30 @@ def register(app: typer.Typer) -> None:
     @links.command("list")
     def links_list(
         status: Annotated[LinkStatus | None, typer.Option(help="filter by status")] = None,
+        limit: ListLimit = LIST_LIMIT,
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
-        """List links, newest first."""
+        """List links, newest first (a line on stderr says when more exist)."""
         sql = (
             f"SELECT {LINK_COLUMNS} FROM connector_remote_link "
-            "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT 500"
+            "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT $2"
         )
-        rows = asyncio.run(_rows(resolve_dsn(database_url), sql, status and status.value))
-        _print(rows, as_json, "links")
+        _list(resolve_dsn(database_url), sql, status and status.value, limit, as_json, "links")
 
     @attempts.command("list")
     def attempts_list(
         status: Annotated[AttemptStatus | None, typer.Option(help="filter by status")] = None,
+        limit: ListLimit = LIST_LIMIT,
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
-        """List create attempts, newest first."""
+        """List create attempts, newest first (a line on stderr says when more exist)."""
         sql = (
             f"SELECT {ATTEMPT_COLUMNS} FROM connector_push_attempt "
-            "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT 500"
+            "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT $2"
         )
-        rows = asyncio.run(_rows(resolve_dsn(database_url), sql, status and status.value))
-        _print(rows, as_json, "attempts")
+        _list(resolve_dsn(database_url), sql, status and status.value, limit, as_json, "attempts")
 
     @attempts.command("show")
     def attempts_show(

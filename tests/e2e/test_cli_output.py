@@ -64,6 +64,20 @@ def test_piped_help_keeps_the_terminal_width(command: list[str]) -> None:
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
 
 
+def test_a_list_cut_by_its_limit_says_so_on_stderr(demo_db: asyncpg.Pool, db_dsn: str) -> None:
+    # Was a silent cut at 500 rows.
+    for record_id in ("c-001", "c-002"):
+        assert run(db_dsn, *SAVE, "--record-id", record_id).returncode == 0
+    cut = run(db_dsn, "attempts", "list", "--limit", "1", "--json")
+    assert cut.returncode == 0, cut.stderr
+    assert len(json.loads(cut.stdout)) == 1
+    assert "showing the newest 1 attempts; there are more" in cut.stderr
+    whole = run(db_dsn, "attempts", "list", "--limit", "2", "--json")
+    assert len(json.loads(whole.stdout)) == 2 and "there are more" not in whole.stderr
+    links = run(db_dsn, "links", "list", "--limit", "1")
+    assert links.returncode == 0 and "there are more" not in links.stderr  # none yet
+
+
 def test_a_record_that_never_existed_is_source_not_found(
     demo_db: asyncpg.Pool, db_dsn: str
 ) -> None:
