@@ -54,6 +54,13 @@ def _id_path(value: str) -> str:
 def _base_url(value: str) -> str:
     if not value.startswith(("http://", "https://")) or value.endswith("/"):
         raise ValueError("must be an http(s) URL without a trailing '/'")
+    # Any '@', not only one in the authority: an unencoded '/' in a password moves the
+    # userinfo into the path. Like credentialRef's, the value itself is never echoed.
+    if "@" in value:
+        raise ValueError(
+            "must not hold user information (user:password@): a credential belongs in "
+            "credentialRef, never in the URL (value not shown)"
+        )
     return value
 
 

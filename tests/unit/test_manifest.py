@@ -184,6 +184,18 @@ def test_a_literal_credential_is_refused_without_echoing_it(token: str) -> None:
     assert token not in str(info.value) and info.value.__cause__ is None
 
 
+@pytest.mark.parametrize(
+    "url",
+    ["http://user:s3cretpw@127.0.0.1:8765", "https://u:s3c/retpw@api.example", "http://s3cretpw@h"],
+)
+def test_a_base_url_with_user_information_is_refused_without_echoing_it(url: str) -> None:
+    """Was stored and shown by `pack show`: a credential pasted into baseUrl."""
+    with pytest.raises(ManifestInvalid) as info:
+        demo_manifest(_set("profiles.0.baseUrl", url))
+    assert "profiles[0].baseUrl" in str(info.value) and "user information" in str(info.value)
+    assert "s3c" not in str(info.value) and info.value.__cause__ is None
+
+
 def test_lineage_predecessors_are_transitive() -> None:
     def chain(doc: Doc) -> None:
         doc["lineage"] = [
