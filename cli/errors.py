@@ -35,11 +35,13 @@ EXIT_UNAVAILABLE: Final = 5
 DEBUG_ENV: Final = "CONNECTOR_PUSH_DEBUG"
 PIPED_COLUMNS: Final = 10_000
 
-EXIT_CODES_HELP: Final = (
-    "Exit codes: 0 done; 1 refused or failed; 2 bad input (nothing written); 3 rejected; "
-    "4 already applied; 5 Postgres or Temporal unreachable or misconfigured. "
+ENVIRONMENT_HELP: Final = (
     "Environment: DATABASE_URL, TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, "
     "CONNECTOR_PUSH_TASK_QUEUE; CONNECTOR_PUSH_DEBUG=1 (or --debug) shows tracebacks."
+)
+EXIT_CODES_HELP: Final = (
+    "Exit codes: 0 done; 1 refused or failed; 2 bad input (nothing written); 3 rejected; "
+    "4 already applied; 5 Postgres or Temporal unreachable or misconfigured. " + ENVIRONMENT_HELP
 )
 
 _stderr = Console(stderr=True, soft_wrap=True)

@@ -6,7 +6,13 @@ from typing import Annotated
 
 import typer
 
-from cli.errors import EXIT_CODES_HELP, OneLineErrors, enable_debug, whole_lines_when_piped
+from cli.errors import (
+    ENVIRONMENT_HELP,
+    EXIT_CODES_HELP,
+    OneLineErrors,
+    enable_debug,
+    whole_lines_when_piped,
+)
 
 app = typer.Typer(
     name="connector-push",
@@ -30,6 +36,8 @@ def _root(
 
 
 def _with_codes(epilog: str | None) -> str:
+    if epilog and "Exit codes:" in epilog:  # its own, more precise (revalidate, backfill)
+        return f"{epilog}\n\n{ENVIRONMENT_HELP}"
     return f"{epilog}\n\n{EXIT_CODES_HELP}" if epilog else EXIT_CODES_HELP
 
 
