@@ -170,6 +170,8 @@ def read_document(path: Path) -> object:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         bad_input(_syntax_error(path, exc))
+    except ValueError:  # Python's int-from-text limit (4300 digits), in either parser
+        bad_input(f"{path}: a number too long to read; no pack, record or manifest holds one")
     except RecursionError:  # both parsers recurse per nesting level
         bad_input(f"{path}: nested too deeply to read; no pack, record or manifest nests so")
 
