@@ -17,13 +17,17 @@ as a backstop.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from types import FrameType
+from typing import Any, ClassVar, Final, NoReturn
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -34,8 +38,10 @@ from ingress.config import ConfigError, IngressSettings, load_config
 from ingress.errors import OVER_CAPACITY_EXTENSION
 from protocol.ingress_policy import IngressPolicy
 
-# Set in the extra processes `serve` starts, so they serve and start no others.
+# Set in the extra processes `serve` starts (to the starting process's pid), so they
+# serve and start no others, and end with the process that started them.
 CHILD_ENV: Final = "CONNECTOR_PUSH_INGRESS_CHILD"
+_PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
 STOP_TIMEOUT_S: Final = 10.0
 UVICORN_LIMIT_FACTOR: Final = 2
 
@@ -125,7 +131,7 @@ def bind(host: str, port: int, *, shared: bool) -> socket.socket:
 
 
 def _start_siblings(config_path: Path, count: int) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, CHILD_ENV: "1"}
+    env = {**os.environ, CHILD_ENV: str(os.getpid())}
     command = [sys.executable, "-m", "ingress", str(config_path)]
     return [subprocess.Popen(command, env=env) for _ in range(count)]
 
@@ -143,16 +149,40 @@ def serve(config_path: Path | None = None, settings: IngressSettings | None = No
     app = create_app(
         config, settings.database_url.get_secret_value(), temporal=settings.temporal_target()
     )
-    child = os.environ.get(CHILD_ENV) == "1"
-    shared = child or settings.processes > 1
+    parent = os.environ.get(CHILD_ENV)
+    if parent is not None:
+        _end_with(int(parent))
+    shared = parent is not None or settings.processes > 1
     sock = bind(settings.host, settings.port, shared=shared)
-    siblings = [] if child else _start_siblings(path, settings.processes - 1)
+    siblings = [] if parent is not None else _start_siblings(path, settings.processes - 1)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_after_graceful_shutdown)
     try:
         uvicorn.Server(uvicorn_config(app, config.policy)).run(sockets=[sock])
     finally:
         for sibling in siblings:
             _stop(sibling)
         sock.close()
+
+
+def _exit_after_graceful_shutdown(signum: int, frame: FrameType | None) -> NoReturn:
+    """uvicorn shuts down gracefully on SIGTERM and then raises the signal again for the
+    handler it found. SIGTERM's default action would end the process right there, before
+    `serve` stops the processes it started: they would go on serving the shared port,
+    with the old policy, after the ingress was stopped. Exit as SIGTERM would, but
+    through `serve`'s cleanup."""
+    del frame
+    raise SystemExit(128 + signum)
+
+
+def _end_with(parent: int) -> None:
+    """An extra process gets SIGTERM (a graceful stop) when the process that started it
+    dies, even by SIGKILL (Linux's parent-death signal); if that already happened, exit."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        raise SystemExit(0)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
