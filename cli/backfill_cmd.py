@@ -24,11 +24,10 @@ from activities.backfill import (
     plan_backfill,
 )
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, resolve_dsn
-from cli.errors import fail, required_text
+from cli.errors import EXIT_REJECTED, fail, required_text
 from db.records import Conn
 from protocol.backfill import Outcome, RecordDecision
 
-EXIT_REJECTED: Final = 3
 # Runs looking at more records than this show a progress bar (on stderr).
 PROGRESS_THRESHOLD: Final = 100
 KEY_PREFIX: Final = 12

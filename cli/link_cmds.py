@@ -21,7 +21,7 @@ from cli.entry import (
     runtime_settings,
     warn_deferred,
 )
-from cli.errors import fail
+from cli.errors import EXIT_REJECTED, fail
 from db import journal as journal_q
 from protocol.admission import AdmissionDecision, SaveRequest
 from protocol.states import AttemptStatus, LinkStatus
@@ -154,7 +154,7 @@ def register(app: typer.Typer) -> None:
         else:
             console.print(f"[bold]{decision.kind}[/] {data.get('reason', '')}".rstrip())
         if decision.kind == "rejected":
-            raise typer.Exit(3)
+            raise typer.Exit(EXIT_REJECTED)
 
     links = typer.Typer(help="Remote links (the finalized remote-id SSoT).")
     attempts = typer.Typer(help="Create attempts (the pending-create SSoT).")

@@ -28,7 +28,7 @@ from cli.database import (
     read_document,
 )
 from cli.database import resolve_dsn as _dsn
-from cli.errors import EXIT_UNAVAILABLE, CliError
+from cli.errors import EXIT_REJECTED, EXIT_UNAVAILABLE, CliError
 from protocol.revalidation import (
     Approval,
     ManifestRejected,
@@ -38,7 +38,6 @@ from protocol.revalidation import (
     parse_manifest,
 )
 
-EXIT_REJECTED: Final = 3
 EXIT_ALREADY_APPLIED: Final = 4
 # Progress bars only where they help; small manifests finish before one would draw.
 PROGRESS_THRESHOLD: Final = 50
