@@ -38,13 +38,21 @@ def applies(action: OperatorAction, view: LinkView) -> bool:
     return True
 
 
-@pytest.mark.parametrize("action", list(ATTEMPT_ACTIONS))
-@pytest.mark.parametrize("status", [None, *AttemptStatus])
-def test_attempt_actions_apply_only_in_their_state(
-    action: OperatorAction, status: AttemptStatus | None
+# Every action against every status of the row it acts on (None: no such row yet).
+TABLE = [
+    (action, "attempt_status", status)
+    for action in ATTEMPT_ACTIONS
+    for status in [None, *AttemptStatus]
+] + [(action, "link_status", status) for action in LINK_ACTIONS for status in [None, *LinkStatus]]
+
+
+@pytest.mark.parametrize(("action", "field", "status"), TABLE)
+def test_each_action_applies_only_in_its_states(
+    action: OperatorAction, field: str, status: AttemptStatus | LinkStatus | None
 ) -> None:
-    view = LinkView(link_key="k", attempt_status=status)
-    assert applies(action, view) is (status in ATTEMPT_ACTIONS[action])
+    allowed = {**ATTEMPT_ACTIONS, **LINK_ACTIONS}[action]
+    view = LinkView.model_validate({"link_key": "k", field: status})
+    assert applies(action, view) is (status in allowed)
 
 
 @pytest.mark.parametrize(
@@ -56,15 +64,6 @@ def test_mark_terminal_refuses_an_attempt_that_may_have_sent(status: AttemptStat
         check_operator_action(
             OperatorAction.MARK_TERMINAL, LinkView(link_key="k", attempt_status=status)
         )
-
-
-@pytest.mark.parametrize("action", list(LINK_ACTIONS))
-@pytest.mark.parametrize("status", [None, *LinkStatus])
-def test_link_actions_apply_only_in_their_state(
-    action: OperatorAction, status: LinkStatus | None
-) -> None:
-    view = LinkView(link_key="k", link_status=status)
-    assert applies(action, view) is (status in LINK_ACTIONS[action])
 
 
 def test_revalidate_refuses_a_link_whose_remote_object_was_deleted() -> None:
