@@ -1,0 +1,115 @@
+"""V-6 (seed 000 lines 542-547, SPEC §9 REV-3): PATCH never reads the receipt table.
+
+"History lives only in `_System_ConnectorPushLinkRevalidationReceipt`; PATCH never
+reads that table." The PATCH path is its activities (activities/patch.py,
+activities/patch_dispatch.py), its gates (protocol/gates.py) and its queries
+(db/patches.py), with every module of ours they import, at any depth and from any
+scope (a function-level import counts). None of those modules may name the receipt
+table or import the revalidation modules that read it. The schema half of the
+acceptance row (no `effective_*` columns, V-18) is in tests/db/test_receipt_rows.py.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OURS = frozenset(
+    {
+        "protocol",
+        "activities",
+        "workflows",
+        "db",
+        "worker",
+        "ingress",
+        "cli",
+        "connector_push_client",
+    }
+)
+PATCH_PATH = ("activities.patch", "activities.patch_dispatch", "protocol.gates", "db.patches")
+RECEIPT_TABLE = "connector_link_revalidation_receipt"
+# The modules that read or write receipts (bulk revalidation, SPEC §9).
+REVALIDATION = frozenset(
+    {"db.revalidation", "activities.revalidation", "protocol.revalidation", "cli.revalidate_cmd"}
+)
+
+
+def source_of(module: str) -> Path | None:
+    for path in (
+        ROOT / f"{module.replace('.', '/')}.py",
+        ROOT / module.replace(".", "/") / "__init__.py",
+    ):
+        if path.exists():
+            return path
+    return None
+
+
+def _imported(module: str, path: Path) -> Iterator[str]:
+    """Every module name `module` imports anywhere in its body (a name imported from a
+    package may be a module: `from db import patches`)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def closure(roots: Iterable[str]) -> set[str]:
+    """`roots` and every module of ours they import, transitively."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        path = source_of(module)
+        if module in seen or module.split(".")[0] not in OURS or path is None:
+            continue
+        seen.add(module)
+        todo.extend(_imported(module, path))
+    return seen
+
+
+def naming_the_receipts(modules: Iterable[str]) -> list[str]:
+    found = []
+    for module in sorted(modules):
+        path = source_of(module)
+        assert path is not None
+        if RECEIPT_TABLE in path.read_text().lower():
+            found.append(module)
+    return found
+
+
+def test_the_patch_path_is_what_its_entry_points_import() -> None:
+    modules = closure(PATCH_PATH)
+    assert set(PATCH_PATH) | {"db.links", "db.journal", "protocol.drift"} <= modules
+
+
+def test_the_patch_path_never_reads_the_revalidation_receipts() -> None:
+    """V-6: no module on the PATCH path names the receipt table or imports a reader of it."""
+    modules = closure(PATCH_PATH)
+    assert not modules & REVALIDATION
+    assert naming_the_receipts(modules) == []
+
+
+def test_the_check_sees_the_receipt_readers() -> None:
+    """The check can fail: revalidation's own closure is caught by both halves."""
+    modules = closure(["activities.revalidation"])
+    assert {"db.revalidation", "protocol.revalidation"} <= modules & REVALIDATION
+    assert "db.revalidation" in naming_the_receipts(modules)
+
+
+def test_a_function_level_or_relative_import_is_followed(tmp_path: Path) -> None:
+    """An import hidden in a function body still joins the path."""
+    module = tmp_path / "m.py"
+    module.write_text(
+        "def f() -> None:\n    from db import revalidation\n\nfrom . import sibling\n"
+    )
+    assert {"db", "db.revalidation"} <= set(_imported("db.m", module))
+    assert {"db", "db.sibling"} <= set(_imported("db.m", module))
