@@ -18,6 +18,7 @@ from db.records import Conn
 from protocol.outcome import Observation, body_hash, parse_retry_after, send_outcome
 from protocol.recovery import RecoveryInput, SendKind
 from protocol.snapshots import ProfileSnapshot
+from protocol.states import DispatchLane
 
 # Retry-After absent: wait this long before re-sending a "not applied" request.
 DEFAULT_NOT_APPLIED_DELAY_S = 1.0
@@ -34,6 +35,7 @@ async def attempt_recovery(
         journal=journal_entries(rows),
         contract=profile,
         checkpoint_set=attempt["remote_io_started_at"] is not None,
+        deferred=attempt["dispatch_lane"] == DispatchLane.DEFERRED_ASSOCIATION.value,
     )
 
 

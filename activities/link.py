@@ -55,7 +55,7 @@ from protocol.outcome import (
     interpret_locator_lookup,
     interpret_post,
 )
-from protocol.recovery import Decision, Step, next_step
+from protocol.recovery import Decision, Step, next_step, on_definite_rejection
 from protocol.request import FreezeFailure, locator_lookup_path
 from protocol.snapshots import CreateRequestSnapshot
 
@@ -302,19 +302,11 @@ class LinkActivities(PatchDispatch):
     async def _apply(
         self, key: str, sent: _Try, outcome: PostOutcome, obs: Observation
     ) -> StepResult:
-        status = obs.status
         match outcome:
             case Created(remote_id=remote_id):
                 return await self._finalize(key, sent, remote_id, obs, outcome.body_hash)
             case RemoteRejected():
-                return await self._park(
-                    key,
-                    sent,
-                    obs,
-                    "terminal_failed",
-                    E.REMOTE_REJECTED,
-                    f"remote rejected the create with {status}",
-                )
+                return await self._rejected(key, sent, obs)
             case NotApplied():
                 return await self._not_applied(key, sent, obs, outcome)
             case RetrySameRequest(reason=reason):
@@ -358,6 +350,24 @@ class LinkActivities(PatchDispatch):
                     kind=StepKind.RETRY_LATER, view=view, detail=detail, retry_after_seconds=delay
                 )
         raise refusal
+
+    async def _rejected(self, key: str, sent: _Try, obs: Observation) -> StepResult:
+        """POST-4 as corrected by C-1: a definite rejection ends the attempt terminal only
+        if no try of it may have landed; after one that may have (a same-key re-send
+        answered 422 or 409), the refusal may be the remote saying the object exists, so
+        the attempt parks ambiguous for reconcile, never terminal (never superseded)."""
+        assert obs.status is not None
+        async with self._tx(key) as conn:
+            await record_try(conn, sent.journal_id, obs)
+            attempt = await q.attempt_by_id(conn, sent.attempt_id)
+            assert attempt is not None, "attempts are never deleted"
+            recovery = await attempt_recovery(conn, attempt, request_of(attempt).profile)
+        decision = on_definite_rejection(recovery, obs.status)
+        if decision.step is Step.PARK_AMBIGUOUS:
+            target, kind = "ambiguous_remote_effect", E.AMBIGUOUS_REMOTE_EFFECT
+        else:
+            target, kind = "terminal_failed", E.REMOTE_REJECTED
+        return await self._park(key, sent, obs, target, kind, decision.reason, recorded=True)
 
     async def _record_only(self, sent: _Try, obs: Observation) -> None:
         async with self._pool.acquire() as conn:
@@ -427,9 +437,11 @@ class LinkActivities(PatchDispatch):
         kind: E,
         message: str,
         remote_id: str | None = None,
+        recorded: bool = False,
     ) -> StepResult:
         async with self._tx(key) as conn:
-            await record_try(conn, sent.journal_id, obs, remote_id)
+            if not recorded:
+                await record_try(conn, sent.journal_id, obs, remote_id)
             moved = await q.move_attempt(
                 conn,
                 sent.attempt_id,

@@ -6,8 +6,10 @@ classifier passed against the active pack. Fail-closed drift and remote
 404/409 evidence suspend the link; nothing here ever POSTs.
 
 Ambiguous PATCHes: a dispatch one of whose tries may have landed (its send
-journal, `protocol.recovery`) ends `ambiguous_remote_effect` and is never
-re-sent (unless the profile declares PATCH replay-safe). The link stays
+journal, `protocol.recovery`) is never sent again, replay-safe profile or not
+(SPEC §15 C-2). A profile that declares a read-back may prove it applied with a
+GET (the object holds the frozen body: `succeeded`, new ETag stored); otherwise,
+or when the read differs, it ends `ambiguous_remote_effect`. The link stays
 `finalized` and `NeedsOperator` stays false: every PATCH carries the full
 mapped state, so the next save's PATCH converges the remote object whether or
 not the ambiguous one landed. The dispatch stays visible in `links show`
@@ -68,6 +70,8 @@ class PatchSend:
     # Bodies of this link's earlier PATCHes that may have landed since the stored entity
     # tag was read (ambiguous ones): a 412 may be their doing, not someone else's (PROF-2).
     earlier_bodies: tuple[Any, ...] = ()
+    # C-2: an earlier try may have landed; only a read-back GET may settle it, never a send.
+    read_back_only: bool = False
 
 
 def findings_json(findings: tuple[Finding, ...] | list[Finding]) -> list[dict[str, Any]]:
@@ -110,21 +114,34 @@ async def _resume_sent(
     conn: Conn, patch: Any, link: LinkSnapshot, token: uuid.UUID, guard: dict[str, str]
 ) -> PatchSend | None:
     """An earlier try passed its fence: the journal decides (REC-4). The same frozen body
-    is re-sent only if no earlier try can have landed, or the profile declares it safe."""
+    is sent again only if no earlier try can have landed; otherwise a declared read-back
+    may prove it applied (C-2: a read, never a re-send), else it is ambiguous."""
     contract = frozen_patch_profile(patch, link.profile)
     decision = next_step(await patch_recovery(conn, patch, contract))
     patch_id = patch["patch_id"]
     match decision.step:
-        case Step.SEND | Step.RESEND_REPLAY_SAFE:
-            checkpoint = decision.step is Step.RESEND_REPLAY_SAFE
+        case Step.SEND | Step.READ_BACK:
+            read_only = decision.step is Step.READ_BACK
+            # A read writes no checkpoint and no journal row: nothing is sent.
             claimed, journal_id = await jq.claim_patch_for_send(
-                conn, patch_id, token, checkpoint=checkpoint
+                conn, patch_id, token, checkpoint=False
             )
             require_cas(claimed, "claim_patch_for_send")
             body = jsonb(patch["body"])
             path = patch["update_path"]
             landed = decision.may_have_landed
-            return PatchSend(patch_id, token, link, path, body, journal_id, guard, contract, landed)
+            return PatchSend(
+                patch_id,
+                token,
+                link,
+                path,
+                body,
+                journal_id,
+                guard,
+                contract,
+                landed,
+                read_back_only=read_only,
+            )
         case Step.PARK_AMBIGUOUS:
             require_cas(
                 await pq.finish_patch(
@@ -208,7 +225,7 @@ async def _refuse(
 
 
 async def record_outcome(
-    conn: Conn, plan: PatchSend, journal_id: int, outcome: PatchOutcome, obs: Observation
+    conn: Conn, plan: PatchSend, journal_id: int | None, outcome: PatchOutcome, obs: Observation
 ) -> StepResultHint:
     """Persist what the remote said (PATCH-3) with this try's journal outcome, in the
     caller's transaction; see `StepResultHint` for what the caller does next."""

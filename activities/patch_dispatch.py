@@ -16,8 +16,11 @@ from db import journal as jq
 from db import links as q
 from protocol.messages import StepKind, StepResult
 from protocol.outcome import (
+    Observation,
+    PatchAmbiguous,
     PatchConflict,
     PatchEtagMoved,
+    PatchOutcome,
     PatchRetry,
     PatchSucceeded,
     Transport,
@@ -37,20 +40,30 @@ class PatchDispatch(LinkActivityBase):
             plan = await plan_patch(conn, key)
             if plan is None:
                 return await self._settled(conn, key)
-        journal_id = await self._fenced(
-            key,
-            plan.journal_id,
-            lambda conn: jq.checkpoint_patch(conn, plan.patch_id, plan.token),
-            "PATCH claim lost; sent nothing",
-        )
-        activity.heartbeat()
-        obs = await remote.send(
-            self._http, "PATCH", plan.contract, plan.path, plan.headers, plan.body
-        )
-        obs = obs.model_copy(update={"now": datetime.now(UTC)})
-        outcome = interpret_patch(obs, plan.contract)
-        if isinstance(outcome, PatchConflict):
-            outcome = await self._resolve_conflict(plan, outcome)
+        journal_id: int | None = None
+        outcome: PatchOutcome
+        if plan.read_back_only:
+            # C-2: an earlier try may have landed; a GET may prove it, nothing is sent.
+            outcome, obs = await self._confirm_by_read_back(plan, "an earlier try may have landed")
+        else:
+            journal_id = await self._fenced(
+                key,
+                plan.journal_id,
+                lambda conn: jq.checkpoint_patch(conn, plan.patch_id, plan.token),
+                "PATCH claim lost; sent nothing",
+            )
+            activity.heartbeat()
+            obs = await remote.send(
+                self._http, "PATCH", plan.contract, plan.path, plan.headers, plan.body
+            )
+            obs = obs.model_copy(update={"now": datetime.now(UTC)})
+            outcome = interpret_patch(obs, plan.contract)
+            if isinstance(outcome, PatchConflict):
+                outcome = await self._resolve_conflict(plan, outcome)
+            elif isinstance(outcome, PatchAmbiguous) and plan.contract.readback:
+                # C-2: this try may have landed; it is never sent again, but a declared
+                # read-back may prove it applied. The try's own outcome is journalled.
+                outcome, _ = await self._confirm_by_read_back(plan, outcome.reason)
         async with self._tx(key) as conn:
             await q.lock_link_key(conn, key)
             after = await record_outcome(conn, plan, journal_id, outcome, obs)
@@ -84,6 +97,22 @@ class PatchDispatch(LinkActivityBase):
         if any(readback_matches(body, document) for body in plan.earlier_bodies):
             return PatchEtagMoved(etag=etag)
         return conflict
+
+    async def _confirm_by_read_back(
+        self, plan: PatchSend, why: str
+    ) -> tuple[PatchSucceeded | PatchAmbiguous, Observation]:
+        """C-2 / PROF-2: GET the object; holding every value of the frozen body, the PATCH
+        was applied (`succeeded`, the read's ETag stored); anything else (a different
+        value, an unreadable object) leaves it `ambiguous_remote_effect`. A read, never a
+        re-send: the returned observation is the GET's."""
+        path = readback_path(plan.contract, plan.link, plan.path)
+        obs = await remote.send(self._http, "GET", plan.contract, path, {}, None)
+        obs = obs.model_copy(update={"now": datetime.now(UTC)})
+        if obs.transport is not Transport.RESPONSE or obs.status != 200:
+            return PatchAmbiguous(reason=f"{why}; read-back inconclusive"), obs
+        if readback_matches(plan.body, parse_json(obs.body)):
+            return PatchSucceeded(etag=obs.headers.get("etag")), obs
+        return PatchAmbiguous(reason=f"{why}; read-back differs from the frozen body"), obs
 
     async def _read_back(
         self, contract: ProfileSnapshot, link: LinkSnapshot, update_path: str

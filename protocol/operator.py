@@ -33,6 +33,7 @@ def check_operator_action(action: OperatorAction, view: LinkView) -> None:
     match action:
         case OperatorAction.SUPERSEDE:
             _require(attempt is AttemptStatus.TERMINAL_FAILED, action, "attempt", attempt)
+            _refuse_after_possible_effect(view)
         case OperatorAction.RECONCILE:
             _require(attempt is AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, action, "attempt", attempt)
         case OperatorAction.RETIRE:
@@ -78,6 +79,18 @@ _WHAT_WORKS: dict[str, dict[str | None, str]] = {
         None: "the link is not finalized yet: see `links show KEY`",
     },
 }
+
+
+def _refuse_after_possible_effect(view: LinkView) -> None:
+    """C-1: a new attempt after a try that may have landed could create a second object.
+    (Postgres refuses the move too: migration 0100.)"""
+    landed = view.attempt_tries_may_have_landed
+    if landed:
+        raise ProtocolError(
+            f"supersede does not apply: {landed} try(s) of this attempt may have landed, so"
+            " a new attempt could create a second remote object; find the object at the"
+            " remote and run `reconcile KEY --remote-id …` (see `links show KEY`)"
+        )
 
 
 def _require(ok: bool, action: OperatorAction, row: str, status: StrEnum | None) -> None:

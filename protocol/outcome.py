@@ -252,12 +252,15 @@ PatchOutcome = (
 
 
 def interpret_patch(obs: Observation, profile: ProfileSnapshot) -> PatchOutcome:
-    """PATCH-3: 404/410 suspend the link, 409/412 are conflicts; never a replacement POST."""
-    patch_replay_safe = profile.patch_replay_safe
+    """PATCH-3: 404/410 suspend the link, 409/412 are conflicts; never a replacement POST.
+
+    C-2: a try that may have landed (no answer, a 5xx, an undeclared 408/425/429) is
+    ambiguous whatever the profile says about replay safety: it is never sent again
+    (a declared read-back may still prove it applied)."""
     if obs.transport is Transport.NOT_SENT:
         return PatchRetry()  # this try left nothing; the journal decides the next one
     if obs.transport is not Transport.RESPONSE or obs.status is None:
-        return PatchRetry() if patch_replay_safe else PatchAmbiguous(reason=obs.transport.value)
+        return PatchAmbiguous(reason=obs.transport.value)
     status = obs.status
     if refused := _not_applied(obs, profile):
         return refused
@@ -268,11 +271,7 @@ def interpret_patch(obs: Observation, profile: ProfileSnapshot) -> PatchOutcome:
     if status in _PATCH_CONFLICT:
         return PatchConflict(status=status)
     if status in _RETRY_STATUSES or 500 <= status < 600:
-        if not patch_replay_safe:
-            return PatchAmbiguous(reason=f"status_{status}_not_replay_safe")
-        return PatchRetry(
-            retry_after_seconds=parse_retry_after(obs.headers.get("retry-after"), obs.now)
-        )
+        return PatchAmbiguous(reason=f"status_{status}_may_have_landed")
     if 400 <= status < 500:
         return PatchFailed(status=status)
     return PatchAmbiguous(reason=f"status_{status}")

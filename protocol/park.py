@@ -80,13 +80,15 @@ class Remedy:
 
 REMEDIES: Final[dict[ParkReason, Remedy]] = {
     ParkReason.AMBIGUOUS_REMOTE_EFFECT: Remedy(
-        "The create may have reached the remote. Find the object at the remote (by the"
-        " record, or the request's idempotency key), then reconcile with its id.",
+        "The create may have reached the remote, whatever a later try answered. Find the"
+        " object at the remote (by the record, or the request's idempotency key), then"
+        " reconcile with its id. Supersede is refused: it could create a second object.",
         OperatorAction.RECONCILE,
     ),
     ParkReason.TERMINAL_FAILED: Remedy(
-        "The remote refused the create for good. Fix the cause (record data, mapping or"
-        " pack), then supersede: the next attempt POSTs once.",
+        "The remote refused the create for good and no try of it can have landed (an"
+        " attempt that may have landed parks ambiguous instead, C-1). Fix the cause (record"
+        " data, mapping or pack), then supersede: the next attempt POSTs once.",
         OperatorAction.SUPERSEDE,
     ),
     ParkReason.DRIFT: Remedy(

@@ -1,4 +1,4 @@
-"""Recovery from the send journal (SPEC JRN-1, JRN-2, REC-4, PROF-1, PROF-2).
+"""Recovery from the send journal (SPEC JRN-1, JRN-2, REC-4, PROF-1, PROF-2, §15 C-1..C-3).
 
 Rules kept in this module:
 1. A journal entry is one try that passed its fence (its checkpoint
@@ -7,17 +7,21 @@ Rules kept in this module:
    remote answered with a definite rejection, or with a status the frozen
    contract declares "not applied". Anything else may have landed.
 3. Evidence only grows: once any try may have landed, the attempt or PATCH is
-   effect-possible for good. Retry exhaustion then parks it ambiguous, never
-   terminal, and nothing may re-send it unless the frozen contract makes a
-   re-send harmless (replay-safe idempotency, unique-locator recovery).
-4. `next_step` is the one decision every path takes (activity retries, retry
-   exhaustion, operator actions); the database enforces rules 1-3 with the same
-   status sets (migration 0010, tested against this module).
+   effect-possible for good. It never ends terminal (`terminal_failed`, a failed
+   PATCH), whatever a later try answers: a 409/422 on a same-key re-send may be
+   the remote saying the object exists (C-1). Nothing may re-send it unless the
+   frozen contract makes a re-send of a *create* harmless (replay-safe idempotency,
+   unique-locator recovery), and never a deferred-lane create (C-3) or a PATCH
+   (C-2): a PATCH may only be proved applied by a read-back GET.
+4. `next_step` (and `on_definite_rejection` for an answered refusal) is the one
+   decision every path takes (activity retries, retry exhaustion, operator
+   actions); the database enforces rules 1-3 with the same status sets
+   (migrations 0010 and 0100, tested against this module).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from typing import Final
@@ -107,6 +111,8 @@ class RecoveryInput(Snapshot):
     # RemoteIOStartedAt: set before any send; a row checkpointed before the journal
     # existed has no entries, and counts as one try that may have landed.
     checkpoint_set: bool
+    # C-3: a create of the deferred association lane is never replayed.
+    deferred: bool = False
     exhausted: bool = False
     now: datetime | None = None
 
@@ -116,9 +122,7 @@ def next_step(ctx: RecoveryInput) -> Decision:
     settled = _settled(ctx)
     if settled is not None:
         return settled
-    landed = may_have_landed(ctx.journal, ctx.kind)
-    if ctx.checkpoint_set and not ctx.journal:
-        landed = 1
+    landed = effect_possible(ctx)
     budget = _budget_spent(ctx)
     if ctx.exhausted or budget is not None:
         return _exhausted(landed, budget or "retries exhausted")
@@ -127,6 +131,32 @@ def next_step(ctx: RecoveryInput) -> Decision:
         reason = "first try" if first else "every earlier try proved it had no effect"
         return Decision(step=Step.SEND, reason=reason)
     return _after_possible_effect(ctx, landed)
+
+
+def effect_possible(ctx: RecoveryInput) -> int:
+    """How many tries of this row may have landed (a checkpoint with no journal row at
+    all counts as one): any at all and the row never ends terminal (C-1)."""
+    landed = may_have_landed(ctx.journal, ctx.kind)
+    if ctx.checkpoint_set and not ctx.journal:
+        landed = 1
+    return landed
+
+
+def on_definite_rejection(ctx: RecoveryInput, status: int) -> Decision:
+    """The remote refused this try for good (POST-4, PATCH-3; the try is in `ctx.journal`
+    with its answer). Terminal only if no try of the row may have landed; otherwise an
+    earlier try may have created or applied it and the refusal may say so (C-1)."""
+    landed = effect_possible(ctx)
+    if landed:
+        return Decision(
+            step=Step.PARK_AMBIGUOUS,
+            reason=(
+                f"remote answered {status} after {landed} earlier try(s) that may have landed;"
+                " the object may exist (C-1)"
+            ),
+            may_have_landed=landed,
+        )
+    return Decision(step=Step.TERMINAL, reason=f"remote rejected the {ctx.kind} with {status}")
 
 
 def on_patch_conflict(earlier: int, contract: ProfileSnapshot) -> Decision:
@@ -179,27 +209,28 @@ def _exhausted(landed: int, why: str) -> Decision:
 def _after_possible_effect(ctx: RecoveryInput, landed: int) -> Decision:
     contract = ctx.contract
     why = f"{landed} earlier try(s) may have landed"
-    if ctx.kind is SendKind.CREATE:
-        if contract.post_replay_safe:
-            return Decision(step=Step.RESEND_REPLAY_SAFE, reason=why, may_have_landed=landed)
-        if contract.locator_recovery is not None:
-            return Decision(step=Step.LOOKUP_LOCATOR, reason=why, may_have_landed=landed)
-    elif contract.patch_replay_safe:
+    if ctx.kind is SendKind.PATCH:
+        # C-2: a PATCH that may have landed is never sent again; a declared read-back may
+        # prove it applied (a GET), else it is ambiguous for an operator.
+        if contract.readback:
+            return Decision(step=Step.READ_BACK, reason=why, may_have_landed=landed)
+        return Decision(
+            step=Step.PARK_AMBIGUOUS,
+            reason=f"{why}; a PATCH that may have landed is never re-sent (C-2)",
+            may_have_landed=landed,
+        )
+    if ctx.deferred:
+        return Decision(
+            step=Step.PARK_AMBIGUOUS,
+            reason=f"{why}; a deferred-lane create is never replayed (C-3)",
+            may_have_landed=landed,
+        )
+    if contract.post_replay_safe:
         return Decision(step=Step.RESEND_REPLAY_SAFE, reason=why, may_have_landed=landed)
+    if contract.locator_recovery is not None:
+        return Decision(step=Step.LOOKUP_LOCATOR, reason=why, may_have_landed=landed)
     return Decision(
         step=Step.PARK_AMBIGUOUS,
         reason=f"{why}; the profile declares no safe re-send",
         may_have_landed=landed,
-    )
-
-
-def last_try_definitely_rejected(journal: Sequence[JournalEntry], kind: SendKind) -> bool:
-    """JRN-2: an effect-possible row may end terminal only on a definite rejection."""
-    if not journal:
-        return False
-    last = journal[-1]
-    return (
-        last.outcome is SendOutcome.ANSWERED
-        and last.status is not None
-        and definite_rejection(kind, last.status)
     )

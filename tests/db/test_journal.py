@@ -206,6 +206,60 @@ async def test_a_definite_rejection_must_be_the_last_try(db_pool: asyncpg.Pool) 
         )
 
 
+@pytest.mark.parametrize("rejection", [422, 400, 409])
+async def test_no_terminal_and_no_supersede_after_a_try_that_may_have_landed(
+    db_pool: asyncpg.Pool, rejection: int
+) -> None:
+    """SPEC §15 C-1 (P-77), migration 0100: try 1 may have landed (its answer was lost);
+    the same-key re-send is answered 422/400/409. Before, 0010 let the attempt end
+    terminal_failed on the last try's definite rejection, and supersede then POSTed a
+    second object. Now both moves are refused whatever the last try answered."""
+    async with db_pool.acquire() as conn:
+        attempt_id, _ = await _sent_attempt(conn, "no_answer")
+        second = await jq.claim_for_send(conn, str(attempt_id), uuid.uuid4(), checkpoint=True)
+        assert second is not None and second[1] is not None
+        assert await jq.record_outcome(conn, second[1], "answered", rejection, None, None)
+        await _refused(
+            conn,
+            "UPDATE connector_push_attempt SET status = 'terminal_failed' WHERE attempt_id = $1",
+            attempt_id,
+        )
+        await conn.execute(
+            "UPDATE connector_push_attempt SET status = 'ambiguous_remote_effect' "
+            "WHERE attempt_id = $1",
+            attempt_id,
+        )
+        # A row left terminal_failed before 0100 (made here with the triggers bypassed):
+        # supersede of it is refused too.
+        triggers = ("connector_push_attempt_status_update_tg", "connector_push_attempt_evidence_tg")
+        for trigger in triggers:
+            await conn.execute(f"ALTER TABLE connector_push_attempt DISABLE TRIGGER {trigger}")
+        await conn.execute(
+            "UPDATE connector_push_attempt SET status = 'terminal_failed' WHERE attempt_id = $1",
+            attempt_id,
+        )
+        for trigger in triggers:
+            await conn.execute(f"ALTER TABLE connector_push_attempt ENABLE TRIGGER {trigger}")
+        await _refused(
+            conn,
+            "UPDATE connector_push_attempt SET status = 'superseded' WHERE attempt_id = $1",
+            attempt_id,
+        )
+
+
+async def test_supersede_after_a_definite_rejection_of_the_only_try(
+    db_pool: asyncpg.Pool,
+) -> None:
+    async with db_pool.acquire() as conn:
+        attempt_id, _ = await _sent_attempt(conn, "answered", 422)
+        for status in ("terminal_failed", "superseded"):
+            await conn.execute(
+                "UPDATE connector_push_attempt SET status = $2 WHERE attempt_id = $1",
+                attempt_id,
+                status,
+            )
+
+
 async def test_an_effect_possible_patch_cannot_end_failed(db_pool: asyncpg.Pool) -> None:
     async with db_pool.acquire() as conn:
         link_key = await insert_link(conn, await insert_pack_install(conn))

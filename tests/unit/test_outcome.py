@@ -150,15 +150,20 @@ UNSAFE_PATCH = UNDECLARED_PLAIN
         (response(409), UNSAFE_PATCH, PatchConflict(status=409)),
         (response(412), REPLAY_SAFE_PATCH, PatchConflict(status=412)),
         (response(400), UNSAFE_PATCH, PatchFailed(status=400)),
-        (response(503), REPLAY_SAFE_PATCH, PatchRetry()),
-        (response(503), UNSAFE_PATCH, PatchAmbiguous(reason="status_503_not_replay_safe")),
+        # C-2: a try that may have landed is never re-sent, replay-safe profile or not.
+        (response(503), REPLAY_SAFE_PATCH, PatchAmbiguous(reason="status_503_may_have_landed")),
+        (response(503), UNSAFE_PATCH, PatchAmbiguous(reason="status_503_may_have_landed")),
         (
             response(429, **{"Retry-After": "2"}),
             PLAIN,
             NotApplied(status=429, retry_after_seconds=2),
         ),
         (Observation(transport=Transport.TIMEOUT), UNSAFE_PATCH, PatchAmbiguous(reason="timeout")),
-        (Observation(transport=Transport.TIMEOUT), REPLAY_SAFE_PATCH, PatchRetry()),
+        (
+            Observation(transport=Transport.TIMEOUT),
+            REPLAY_SAFE_PATCH,
+            PatchAmbiguous(reason="timeout"),
+        ),
         # This try left nothing; the journal decides whether the next one may send.
         (Observation(transport=Transport.NOT_SENT), UNSAFE_PATCH, PatchRetry()),
     ],

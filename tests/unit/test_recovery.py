@@ -15,9 +15,9 @@ from protocol.recovery import (
     SendOutcome,
     Step,
     definite_rejection,
-    last_try_definitely_rejected,
     may_have_landed,
     next_step,
+    on_definite_rejection,
     on_patch_conflict,
 )
 from protocol.remote_ids import RemoteIdError, check_remote_id, is_canonical
@@ -161,13 +161,21 @@ def test_patch_steps() -> None:
 
     assert patch((NOT_SENT,), PLAIN) is Step.SEND
     assert patch((SENT,), PLAIN) is Step.PARK_AMBIGUOUS
-    assert patch((SENT,), replay_safe) is Step.RESEND_REPLAY_SAFE
+    # C-2 (P-50): never re-sent, replay-safe or not; a declared read-back may prove it.
+    assert patch((SENT,), replay_safe) is Step.PARK_AMBIGUOUS
+    assert patch((SENT,), LOCATOR) is Step.READ_BACK
+    assert patch((IN_FLIGHT,), LOCATOR.model_copy(update={"readback": False})) is (
+        Step.PARK_AMBIGUOUS
+    )
     assert on_patch_conflict(1, LOCATOR).step is Step.READ_BACK
     assert on_patch_conflict(0, LOCATOR).step is Step.SUSPEND_CONFLICT
     assert on_patch_conflict(1, PLAIN).step is Step.SUSPEND_CONFLICT  # no read-back declared
 
 
 def test_definite_rejections() -> None:
+    """SPEC §15 C-1 (P-77): a definite rejection proves only that *its* try had no effect.
+    After a try that may have landed it never ends the attempt terminal: the same-key
+    re-send's 422 may be the remote saying the object exists."""
     assert definite_rejection(SendKind.CREATE, 400)
     assert definite_rejection(SendKind.CREATE, 422)
     assert not definite_rejection(SendKind.CREATE, 409)  # an earlier try may have created it
@@ -175,8 +183,37 @@ def test_definite_rejections() -> None:
     for status in (408, 425, 429, 500, 503, 201):
         assert not definite_rejection(SendKind.CREATE, status)
     assert may_have_landed((SENT, REJECTED_400, NOT_SENT, REFUSED_429), SendKind.CREATE) == 1
-    assert last_try_definitely_rejected((SENT, REJECTED_400), SendKind.CREATE)
-    assert not last_try_definitely_rejected((REJECTED_400, SENT), SendKind.CREATE)
+
+    def rejected(journal: tuple[JournalEntry, ...], checkpoint: bool = True) -> Step:
+        ctx = RecoveryInput(
+            kind=SendKind.CREATE,
+            status="processing",
+            journal=journal,
+            contract=IDEMPOTENT,
+            checkpoint_set=checkpoint,
+        )
+        return on_definite_rejection(ctx, 422).step
+
+    rejected_422 = entry(SendOutcome.ANSWERED, 422)
+    assert rejected((rejected_422,)) is Step.TERMINAL  # the only try: nothing landed
+    assert rejected((NOT_SENT, REFUSED_429, rejected_422)) is Step.TERMINAL
+    assert rejected((SENT, rejected_422)) is Step.PARK_AMBIGUOUS  # was terminal before C-1
+    assert rejected((IN_FLIGHT, REJECTED_400)) is Step.PARK_AMBIGUOUS
+    # Exhaustion after the same journal parks too, never terminal.
+    assert create((SENT, rejected_422), IDEMPOTENT, exhausted=True) is Step.PARK_AMBIGUOUS
+
+
+@pytest.mark.parametrize(
+    ("journal", "profile"),
+    [((SENT,), IDEMPOTENT), ((IN_FLIGHT,), IDEMPOTENT), ((SENT,), LOCATOR), ((SENT,), PLAIN)],
+)
+def test_a_deferred_create_that_may_have_landed_is_never_replayed(
+    journal: tuple[JournalEntry, ...], profile: ProfileSnapshot
+) -> None:
+    """SPEC §15 C-3 (P-49): even under a replay-safe or locator profile."""
+    assert create(journal, profile, deferred=True) is Step.PARK_AMBIGUOUS
+    # A deferred create none of whose tries can have had an effect may still be sent.
+    assert create((NOT_SENT,), profile, deferred=True) is Step.SEND
 
 
 def test_readback_comparison() -> None:
