@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from activities.packs import get_active_pack
+from activities.packs import ActivePack, get_active_pack
 from activities.record_store import LocalRecord, PostgresRecordStore
 from activities.rows import link_snapshot
 from db import links as q
@@ -28,6 +28,7 @@ from protocol.admission import (
     AssociationTarget,
     AttemptSummary,
     LineageRow,
+    PackSlots,
     RecordOwnershipRow,
     RecordView,
     SaveRequest,
@@ -75,6 +76,7 @@ class AdmissionFacts:
     """The batch's snapshot of storage, kept current with the batch's own decisions."""
 
     actives: dict[SlotKey, ActiveMetadata | None]
+    pack_slots: dict[str, PackSlots]  # per owner key with an active pack (C-6)
     records: dict[tuple[str, str], LocalRecord]
     permissions: dict[tuple[str, str, str], PermissionFacts]
     links: dict[str, LinkSnapshot]  # the saves' own links
@@ -112,6 +114,7 @@ class AdmissionFacts:
             record_rows=tuple(
                 r for r in self.owned.get(_record_id(save), ()) if r.link_key != item.key
             ),
+            pack_slots=self.pack_slots.get(save.connector_owner_key),
             record=view,
             permissions=self.permissions[permission_key] if permission_key else None,
             association_targets=self._targets(active, view),
@@ -191,8 +194,13 @@ async def load_facts(conn: Conn, items: list[SaveToAdmit]) -> AdmissionFacts:
     saves = [item.save for item in items]
     keys = sorted({item.key for item in items})
     store = PostgresRecordStore(conn)
+    packs = {
+        owner: await get_active_pack(conn, owner)
+        for owner in sorted({s.connector_owner_key for s in saves})
+    }
     facts = AdmissionFacts(
-        actives=await _actives(conn, saves),
+        actives=_actives(packs, saves),
+        pack_slots={o: PackSlots.of(p.manifest) for o, p in packs.items() if p is not None},
         records=await store.read_records(
             sorted({(s.source_object, s.source_record_id) for s in saves})
         ),
@@ -243,12 +251,10 @@ def _summary(row: q.Row) -> AttemptSummary:
     )
 
 
-async def _actives(conn: Conn, saves: list[SaveRequest]) -> dict[SlotKey, ActiveMetadata | None]:
-    """Each owner's active install read once, resolved once per (action, destination) slot."""
-    packs = {
-        owner: await get_active_pack(conn, owner)
-        for owner in sorted({s.connector_owner_key for s in saves})
-    }
+def _actives(
+    packs: dict[str, ActivePack | None], saves: list[SaveRequest]
+) -> dict[SlotKey, ActiveMetadata | None]:
+    """Each owner's active install (read once) resolved once per (action, destination) slot."""
     actives: dict[SlotKey, ActiveMetadata | None] = {}
     for owner, action_slot, destination_slot in sorted({_slot_key(s) for s in saves}):
         pack = packs[owner]
@@ -261,6 +267,7 @@ async def _actives(conn: Conn, saves: list[SaveRequest]) -> dict[SlotKey, Active
                 action_slot,
                 destination_slot,
                 install_ancestors=frozenset(pack.ancestors),
+                create_blocked=pack.create_blocked,
             )
         )
     return actives

@@ -11,6 +11,7 @@ from protocol.active import ActiveMetadata
 from protocol.authority import PermissionFacts
 from protocol.drift import Finding
 from protocol.errors import RejectReason
+from protocol.manifest import LineageKind, PackManifest
 from protocol.request import PatchRequest
 from protocol.snapshots import (
     ActionConfigSnapshot,
@@ -78,6 +79,28 @@ class RecordOwnershipRow(Snapshot):
     remote_id: str | None = None
 
 
+class PackSlots(Snapshot):
+    """The slot ids one owner's active pack still knows (SPEC C-6): its action slots, the
+    action slots a declared rebind moved into one of them, and its destination slots."""
+
+    action_slot_ids: frozenset[str]
+    destination_slot_ids: frozenset[str]
+
+    @classmethod
+    def of(cls, manifest: PackManifest) -> PackSlots:
+        rebound = {e.from_slot for e in manifest.lineage if e.kind is LineageKind.REBIND}
+        return cls(
+            action_slot_ids=frozenset({s.id for s in manifest.action_slots} | rebound),
+            destination_slot_ids=frozenset(d.id for d in manifest.destination_slots),
+        )
+
+    def knows(self, row: RecordOwnershipRow) -> bool:
+        return (
+            row.action_slot_id in self.action_slot_ids
+            and row.destination_slot_id in self.destination_slot_ids
+        )
+
+
 class AssociationTarget(Snapshot):
     """The target link found for one association contract's save-time source id."""
 
@@ -93,6 +116,9 @@ class AdmissionContext(Snapshot):
     attempts: tuple[AttemptSummary, ...] = ()
     lineage_rows: tuple[LineageRow, ...] = ()
     record_rows: tuple[RecordOwnershipRow, ...] = ()
+    # The active pack's slot ids (C-6): a live row under a slot outside them is from a
+    # slot removed or recreated without a declared rebind. None: not read (no check).
+    pack_slots: PackSlots | None = None
     record: RecordView
     permissions: PermissionFacts | None
     association_targets: dict[str, AssociationTarget] = Field(default_factory=dict)

@@ -15,6 +15,11 @@ and the same source record:
      DestinationSlotId": fail closed, no name-derived replacement attempt, migration
      or rebind only). The new key finds no rows, but the record may already own the
      remote object the old row created; retiring the old link resolves it;
+   - or under an action or destination slot the active pack no longer has (SPEC C-6):
+     a slot removed, or recreated under a new id without a declared rebind. Renaming
+     both slots (and the mirror pair) leaves no other trace of the remote object the
+     old row may own: retiring or superseding the old rows, or declaring the rebind,
+     resolves it;
 2. a value in this slot's mirror field pair: a remote id, or a provenance naming
    another link key or a legacy marker for this owner and destination, unless a
    retired link of this record explains it (an operator resolved that ownership).
@@ -63,7 +68,8 @@ def _live(row: RecordOwnershipRow) -> bool:
 
 
 def _other_slot_rows(ctx: AdmissionContext, lineage: frozenset[str]) -> list[str]:
-    """Live rows under another action slot here, or under this action slot elsewhere."""
+    """Live rows under another action slot here, under this action slot elsewhere, or
+    under a slot the active pack no longer has (C-6)."""
     save = ctx.save
     return [
         _describe(row)
@@ -79,8 +85,21 @@ def _other_slot_rows(ctx: AdmissionContext, lineage: frozenset[str]) -> list[str
                 row.action_slot_id == save.action_slot_id
                 and row.destination_slot_id != save.destination_slot_id
             )
+            or _orphaned(ctx, row, lineage)
         )
     ]
+
+
+def _orphaned(ctx: AdmissionContext, row: RecordOwnershipRow, lineage: frozenset[str]) -> bool:
+    """C-6: a row under an action or destination slot the active pack no longer has
+    (removed, or recreated under a new id without a declared rebind). Its remote object
+    may be the one this create would make again (the record's mirror pair may be new or
+    never written), so nothing proves the record owns no remote object here."""
+    return (
+        ctx.pack_slots is not None
+        and row.action_slot_id not in lineage
+        and not ctx.pack_slots.knows(row)
+    )
 
 
 def _live_rebound_rows(ctx: AdmissionContext) -> list[str]:

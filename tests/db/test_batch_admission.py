@@ -37,6 +37,7 @@ from protocol.admission import (
     AdmissionDecision,
     AssociationTarget,
     LineageRow,
+    PackSlots,
     RecordOwnershipRow,
     RecordView,
     SaveRequest,
@@ -368,6 +369,7 @@ async def reference_context(conn: Conn, item: SaveToAdmit) -> AdmissionContext:
             for r in lineage
         ),
         record_rows=await reference_record_rows(conn, item),
+        pack_slots=PackSlots.of(pack_.manifest),
         record=view,
         permissions=(
             await store.read_permissions(user, save.source_object, save.source_record_id)

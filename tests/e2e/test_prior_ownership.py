@@ -243,3 +243,93 @@ async def test_a_recreated_destination_slot_refuses_while_the_old_create_may_hav
     )
     assert attempts == 0
     assert len(await stack.sandbox.ledger(object_type="companies", kind="create")) == 1
+
+
+# -- C-6: rows under a slot the active pack no longer has ------------------------------
+
+
+def recreate_deal_pair(doc: Doc) -> None:
+    """`push-deal`/`remote-deals` become `push-deal-v2`/`remote-deals-v2` (same target
+    object and scope), with a new mirror field pair and no lineage entry for them."""
+    slot: Doc = doc["actionSlots"][2]
+    assert slot["id"] == "push-deal"
+    slot["id"], slot["destinationSlot"] = "push-deal-v2", "remote-deals-v2"
+    slot["mirror"] = {"remoteIdField": "deal_id_v2__c", "provenanceField": "deal_prov_v2__c"}
+    destination: Doc = doc["destinationSlots"][2]
+    assert destination["id"] == "remote-deals"
+    destination["id"] = "remote-deals-v2"
+
+
+def recreate_company_pair(doc: Doc) -> None:
+    """As `recreate_deal_pair`, for `push-company`/`remote-companies`."""
+    slot: Doc = doc["actionSlots"][1]
+    assert slot["id"] == "push-company"
+    slot["id"], slot["destinationSlot"] = "push-company-v2", "remote-companies-v2"
+    slot["mirror"] = {"remoteIdField": "co_id_v2__c", "provenanceField": "co_prov_v2__c"}
+    destination: Doc = doc["destinationSlots"][1]
+    assert destination["id"] == "remote-companies"
+    destination["id"] = "remote-companies-v2"
+
+
+async def new_pair_attempts(stack: Stack, key: str) -> int:
+    count: int = await stack.pool.fetchval(
+        "SELECT count(*) FROM connector_push_attempt WHERE link_key = $1", key
+    )
+    return count
+
+
+async def test_both_slots_recreated_refuses_while_the_old_link_is_finalized(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """SPEC C-6 (issue 30 item 5; seed 000 "Link Key": never reserve a fresh create merely
+    because a recomputed key found no rows). Deal o-001 finalized under
+    push-deal/remote-deals; a pack recreates BOTH slots under new ids with a new mirror
+    pair and no lineage, so the new key, the new mirror pair and the old slots' rules all
+    find nothing. The save under the new ids must be refused `prior_ownership_uncertain`
+    (before C-6 it was `create_reserved` and a second deal was created): no attempt, one
+    create in the ledger; retiring the old link is the way out."""
+    where = {"slot": "push-deal", "obj": "Opportunity", "dest": "remote-deals"}
+    remote_id = await finalize(stack, "o-001", **where)
+    await apply_edit(stack.pool, remote, recreate_deal_pair)
+    moved = {**where, "slot": "push-deal-v2", "dest": "remote-deals-v2"}
+    decision = await stack.push("o-001", **moved)
+    assert isinstance(decision, Rejected), decision
+    assert decision.reason is RejectReason.PRIOR_OWNERSHIP_UNCERTAIN
+    old_key = link_key(OWNER, "push-deal", "Opportunity", "o-001", "remote-deals")
+    assert old_key in decision.detail and remote_id in decision.detail
+    new_key = link_key(OWNER, "push-deal-v2", "Opportunity", "o-001", "remote-deals-v2")
+    assert await new_pair_attempts(stack, new_key) == 0
+    creates = await stack.sandbox.ledger(object_type="deals", kind="create")
+    assert [e.object_id for e in creates] == [remote_id]
+    await retire(stack, old_key)
+    after = await stack.push("o-001", **moved)
+    assert after.kind == "create_reserved", after
+
+
+async def test_both_slots_recreated_refuses_while_the_old_create_is_ambiguous(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """Seed row P-08 (000:98-103, 414, 468-469; SPEC C-6): a-002's create lands but its
+    answer is lost (plain profile: `ambiguous_remote_effect`, no mirror written); the pack
+    recreates both the company action slot and its destination slot under new ids (same
+    target object and scope, no lineage). The save under the new pair is rejected
+    `prior_ownership_uncertain` with zero new attempts, and the ledger holds one create."""
+    await finalize(stack, "c-002", **CONTACT)  # the company's primary contact: no deferred lane
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(method="POST", path="/crm/v3/objects/companies", action="reset_after_effect")
+    )
+    await stack.push("a-002", **COMPANY)
+    old_key = company_key("a-002")
+    await eventually(
+        lambda: stack.attempt(old_key), lambda r: r["status"] == "ambiguous_remote_effect"
+    )
+    await stack.sandbox.clear_faults()
+    await apply_edit(stack.pool, remote, recreate_company_pair)
+    moved = {**COMPANY, "slot": "push-company-v2", "dest": "remote-companies-v2"}
+    decision = await stack.push("a-002", **moved)
+    assert isinstance(decision, Rejected), decision
+    assert decision.reason is RejectReason.PRIOR_OWNERSHIP_UNCERTAIN
+    assert old_key in decision.detail and "ambiguous_remote_effect" in decision.detail
+    new_key = link_key(OWNER, "push-company-v2", "Account", "a-002", "remote-companies-v2")
+    assert await new_pair_attempts(stack, new_key) == 0
+    assert len(await stack.sandbox.ledger(object_type="companies", kind="create")) == 1

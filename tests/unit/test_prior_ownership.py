@@ -12,12 +12,18 @@ from typing import Any
 
 import pytest
 
-from protocol.admission import CreateReserved, RecordOwnershipRow, RecordView, Rejected
+from protocol.admission import (
+    CreateReserved,
+    PackSlots,
+    RecordOwnershipRow,
+    RecordView,
+    Rejected,
+)
 from protocol.errors import RejectReason
 from protocol.gates import decide_admission
 from protocol.identity import link_key
 from protocol.states import AttemptStatus, LinkStatus
-from tests.unit.factories import contact_context
+from tests.unit.factories import contact_context, demo_manifest
 
 OWNER, RECORD = "demo-owner", "003A"
 FIELDS = {"Email": "a@example.com", "FirstName": "Ada", "LastName": "L", "Phone": "1"}
@@ -41,7 +47,8 @@ def row(slot: str, destination: str = "remote-contacts", **status: Any) -> Recor
 
 def decide(rows: tuple[RecordOwnershipRow, ...] = (), **mirror: str) -> Any:
     record = RecordView(exists=True, fields={**FIELDS, **mirror})
-    return decide_admission(contact_context(record_rows=rows, record=record))
+    slots = PackSlots.of(demo_manifest())
+    return decide_admission(contact_context(record_rows=rows, record=record, pack_slots=slots))
 
 
 def refused(decision: Any) -> str:
@@ -88,6 +95,29 @@ def test_a_live_row_of_this_action_slot_at_another_destination_refuses(status: A
     assert old.link_key in detail and "'remote-contacts-old'" in detail
 
 
+@LIVE
+@pytest.mark.parametrize(
+    ("slot", "destination"),
+    [
+        ("push-deal-old", "remote-deals-old"),
+        ("push-deal-old", "remote-deals"),
+        ("push-deal", "remote-deals-old"),
+    ],
+    ids=["both-slots-gone", "action-slot-gone", "destination-slot-gone"],
+)
+def test_a_live_row_under_a_slot_the_pack_no_longer_has_refuses(
+    status: Any, slot: str, destination: str
+) -> None:
+    """SPEC C-6, seed row P-08 (000 "Link Key": never reserve a fresh create merely because
+    a recomputed key found no rows): a live link, or a live or ambiguous attempt, of this
+    record under an action or destination slot the active pack no longer has (removed,
+    or recreated under a new id without a declared rebind) may own the remote object this
+    create would make again. Refused until it is retired, superseded or rebound."""
+    old = row(slot, destination, **status)
+    detail = refused(decide((old,)))
+    assert old.link_key in detail and f"'{slot}'" in detail and f"'{destination}'" in detail
+
+
 def test_the_refusal_names_every_row_found() -> None:
     rows = (
         row("push-contact-old", link_status=LinkStatus.FINALIZED, remote_id="1001"),
@@ -103,8 +133,13 @@ def test_the_refusal_names_every_row_found() -> None:
         row("push-contact-old", link_status=LinkStatus.RETIRED, remote_id="1001"),
         row("push-contact-old", attempt_status=AttemptStatus.SUPERSEDED),
         row("push-contact-old", attempt_status=AttemptStatus.FINALIZED),
-        # Another destination: another remote object, not this one's prior owner.
-        row("push-contact-old", "remote-leads", link_status=LinkStatus.FINALIZED, remote_id="7"),
+        # Another slot pair the active pack still has, at another destination: another
+        # remote object, not this one's prior owner. (A pair the pack no longer has is
+        # C-6's: test_a_live_row_under_a_slot_the_pack_no_longer_has_refuses.)
+        row("push-deal", "remote-deals", link_status=LinkStatus.FINALIZED, remote_id="7"),
+        # A slot pair the pack no longer has, once its rows are resolved.
+        row("push-deal-old", "remote-deals-old", link_status=LinkStatus.RETIRED, remote_id="7"),
+        row("push-deal-old", "remote-deals-old", attempt_status=AttemptStatus.SUPERSEDED),
         # This action slot's old destination, once its link is retired (the way out).
         row("push-contact", "remote-contacts-old", link_status=LinkStatus.RETIRED),
         row("push-contact", "remote-contacts-old", attempt_status=AttemptStatus.SUPERSEDED),
@@ -116,6 +151,8 @@ def test_the_refusal_names_every_row_found() -> None:
         "superseded",
         "finalized-attempt",
         "other-destination",
+        "removed-pair-retired",
+        "removed-pair-superseded",
         "old-destination-retired",
         "old-destination-superseded",
         "lineage",
