@@ -49,6 +49,9 @@ def freeze_create_request(
     pending_associations: tuple[str, ...] = (),
 ) -> CreateRequestSnapshot | FreezeFailure:
     """Freeze the create request; `idempotency_key` and `locator_value` come from the caller."""
+    unavailable = _unavailable(action, destination, profile)
+    if unavailable:
+        return FreezeFailure(detail=f"nothing to freeze for {', '.join(unavailable)}")
     try:
         check_part("RequestIdempotencyKey", idempotency_key)
         path = render(action.create_path, {"target": destination.target_object})
@@ -71,6 +74,18 @@ def freeze_create_request(
         locator_value=locator_value if profile.locator_recovery else None,
         pending_associations=pending_associations,
     )
+
+
+def _unavailable(action: ActionSlot, destination: DestinationSlot, profile: Profile) -> list[str]:
+    """The snapshot inputs a create must freeze that have no value (GATE-1, last bullet;
+    seed P-71). The manifest refuses them, but a context may be built without it."""
+    frozen = {
+        "credentialRef": profile.credential_ref,
+        "endpointClass": profile.endpoint_class,
+        "targetObject": destination.target_object,
+        "responseIdPath": action.response_id_path,
+    }
+    return [name for name, value in frozen.items() if not (value and value.strip())]
 
 
 def _with_locator(
