@@ -13,11 +13,17 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from activities.revalidation import INSTALL_REASONS
+from activities.rows import attempt_snapshot, link_snapshot
 from db import audit as audit_q
+from db import links as links_q
 from db import packs as q
 from db.records import Conn
+from protocol.active import ActiveMetadata, resolve_active
 from protocol.audit import AuditCommand, AuditEntry
-from protocol.manifest import PackManifest, parse_manifest
+from protocol.drift import Disposition, DriftSurface, Finding, classify, fails_closed
+from protocol.errors import drift_reason
+from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
 from protocol.snapshots import manifest_digest
 
 # Manifest lineage entries name action slots (protocol/manifest.py checks them so).
@@ -42,6 +48,56 @@ class ApplyPackResult(BaseModel):
     manifest_digest: str
     replaced_pack_install_id: str | None = None
     lineage_entries: int = 0
+    # C-4: links of the owner that now wait for an explicit revalidation (no PATCH until
+    # then), and the one command that revalidates them.
+    links_awaiting_revalidation: int = 0
+    revalidate_command: str | None = None
+    # C-9: finalized links whose action slot this install no longer has, suspended now.
+    links_suspended_slot_removed: int = 0
+    suspended_examples: tuple[str, ...] = ()
+    # C-8: action slots whose createPath changed: creates wait for `revalidate create-path`.
+    create_paths_awaiting_validation: tuple[str, ...] = ()
+    validate_create_path_command: str | None = None
+
+
+REMOVED_SLOT_REASON: str = drift_reason(DriftSurface.ACTION_RECREATED.value)
+EXAMPLES = 5
+
+
+def revalidate_owner_command(owner_key: str) -> str:
+    """The exact command that revalidates every link of `owner_key` (C-4)."""
+    return (
+        f"connector-push revalidate owner --owner-key {owner_key} --approved-by WHO "
+        "--approval-reference REF --reason WHY"
+    )
+
+
+def validate_create_path_command(owner_key: str) -> str:
+    """The exact command that validates the owner's changed create paths (C-8)."""
+    return f"connector-push revalidate create-path --owner-key {owner_key} --reason WHY"
+
+
+def create_path_changes(
+    before: PackManifest | None, after: PackManifest
+) -> list[tuple[str, str, str]]:
+    """(action slot, new createPath, old createPath) for every slot kept with a new path."""
+    if before is None:
+        return []
+    old = {slot.id: slot.create_path for slot in before.action_slots}
+    return [
+        (slot.id, slot.create_path, old[slot.id])
+        for slot in after.action_slots
+        if slot.id in old and old[slot.id] != slot.create_path
+    ]
+
+
+def _previous_manifest(row: q.PackInstallRow | None) -> PackManifest | None:
+    if row is None:
+        return None
+    try:
+        return parse_manifest(row.manifest)
+    except ManifestInvalid:
+        return None
 
 
 class ActivePack(BaseModel):
@@ -56,6 +112,9 @@ class ActivePack(BaseModel):
     activated_at: datetime | None
     lineage: tuple[q.LineageRow, ...]
     ancestors: tuple[str, ...] = ()
+    # C-8: action slots whose changed createPath awaits validation (not cached: read with
+    # "which install is active").
+    create_blocked: frozenset[str] = frozenset()
 
 
 def _lineage_rows(install_id: str, manifest: PackManifest) -> list[q.LineageRow]:
@@ -109,16 +168,31 @@ async def apply_pack(
         )
         lineage = _lineage_rows(new.pack_install_id, manifest)
         await q.insert_lineage(conn, new.pack_install_id, lineage)
+        install = new.pack_install_id
+        kept = [slot.id for slot in manifest.action_slots]
+        suspended = await q.suspend_removed_slot_links(
+            conn, owner, kept, REMOVED_SLOT_REASON, DriftSurface.ACTION_RECREATED.value, install
+        )
+        changed = create_path_changes(_previous_manifest(current), manifest)
+        if changed:
+            await q.record_create_path_changes(conn, owner, changed, install)
+        waiting = sum(await q.count_awaiting_revalidation(conn, owner, install, INSTALL_REASONS))
         if operator is not None:
             entry = _audit_entry(operator, reason, reinstall, current, new)
             await audit_q.append(conn, entry)
     return ApplyPackResult(
         outcome=ApplyOutcome.INSTALLED,
-        pack_install_id=new.pack_install_id,
+        pack_install_id=install,
         connector_owner_key=owner,
         manifest_digest=digest,
         replaced_pack_install_id=current.pack_install_id if current else None,
         lineage_entries=len(lineage),
+        links_awaiting_revalidation=waiting,
+        revalidate_command=revalidate_owner_command(owner) if waiting else None,
+        links_suspended_slot_removed=len(suspended),
+        suspended_examples=tuple(suspended[:EXAMPLES]),
+        create_paths_awaiting_validation=tuple(slot for slot, _, _ in changed),
+        validate_create_path_command=validate_create_path_command(owner) if changed else None,
     )
 
 
@@ -176,7 +250,12 @@ async def _active_pack(conn: Conn, row: q.PackInstallRow) -> ActivePack:
 async def get_active_pack(conn: Conn, owner_key: str) -> ActivePack | None:
     """The owner key's active install, or None when it has none."""
     row = await q.select_active_install(conn, owner_key)
-    return None if row is None else await _active_pack(conn, row)
+    if row is None:
+        return None
+    pack = await _active_pack(conn, row)
+    if row.create_blocked:
+        return pack.model_copy(update={"create_blocked": frozenset(row.create_blocked)})
+    return pack
 
 
 async def get_install(conn: Conn, pack_install_id: str) -> ActivePack | None:
@@ -196,3 +275,186 @@ async def active_manifests(conn: Conn) -> list[PackManifest]:
     """The manifest of every owner key's active install."""
     packs = [await get_active_pack(conn, owner) for owner in await q.select_active_owner_keys(conn)]
     return [pack.manifest for pack in packs if pack is not None]
+
+
+async def validate_create_paths(
+    conn: Conn, owner_key: str, action_slots: list[str] | None, operator: str, reason: str
+) -> list[q.CreatePathBlock]:
+    """C-8: the owner's changed create paths (those of `action_slots`, or all) validated, so
+    creates for those slots are admitted again; one audit entry per slot, same transaction."""
+    async with conn.transaction():
+        await q.lock_owner_key(conn, owner_key)  # not while an apply changes the paths
+        validated = await q.validate_create_paths(conn, owner_key, action_slots, operator, reason)
+        entries = [
+            AuditEntry(
+                operator=operator,
+                reason=reason,
+                command=AuditCommand.REVALIDATE_CREATE_PATH,
+                arguments={"connector_owner_key": owner_key, "action_slot_id": b.action_slot_id},
+                state_before={
+                    "create_path": b.create_path_template,
+                    "previous_create_path": b.previous_create_path,
+                    "pack_install_id": b.pack_install_id,
+                    "validated": False,
+                },
+                state_after={"create_path": b.create_path_template, "validated": True},
+                outcome="create path validated; creates for the slot are admitted",
+            )
+            for b in validated
+        ]
+        if entries:
+            await audit_q.append_many(conn, entries)
+    return validated
+
+
+# -- pack apply --dry-run (C-4): what the new install would do, nothing written ----------
+
+PREVIEW_INSTALL_ID = "(new install)"
+PREVIEW_PAGE = 1000
+
+
+class Effect(StrEnum):
+    """How a drift disposition reads for an operator deciding whether to apply."""
+
+    BENIGN = "benign"
+    FAIL_CLOSED = "fail closed"
+    MIRROR_BLOCKED = "mirror blocked"
+    BLOCKS_CREATES = "blocks creates"
+
+
+_EFFECTS: dict[Disposition, Effect] = {
+    Disposition.BENIGN: Effect.BENIGN,
+    Disposition.FROZEN_NO_EFFECT: Effect.BENIGN,
+    Disposition.MIRROR_BLOCKED: Effect.MIRROR_BLOCKED,
+    Disposition.FAIL_CLOSED: Effect.FAIL_CLOSED,
+}
+
+
+class SurfaceImpact(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    surface: str
+    subject: str  # "links", "attempts" or "creates" (action slots)
+    disposition: str
+    effect: Effect
+    count: int
+    examples: tuple[str, ...]
+
+
+class ApplyPreview(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    connector_owner_key: str
+    manifest_digest: str
+    current_pack_install_id: str | None
+    unchanged: bool
+    links_examined: int = 0
+    attempts_examined: int = 0
+    links_failing_closed: int = 0
+    impacts: tuple[SurfaceImpact, ...] = ()
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, Disposition], int] = {}
+        self.examples: dict[tuple[str, str, Disposition], list[str]] = {}
+
+    def add(self, subject: str, key: str, findings: list[Finding]) -> None:
+        for f in findings:
+            slot = (f.surface.value, subject, f.disposition)
+            self.counts[slot] = self.counts.get(slot, 0) + 1
+            shown = self.examples.setdefault(slot, [])
+            if len(shown) < EXAMPLES:
+                shown.append(key)
+
+    def impacts(self) -> list[SurfaceImpact]:
+        return [
+            SurfaceImpact(
+                surface=surface,
+                subject=subject,
+                disposition=disposition.value,
+                effect=_EFFECTS[disposition],
+                count=count,
+                examples=tuple(self.examples[(surface, subject, disposition)]),
+            )
+            for (surface, subject, disposition), count in sorted(self.counts.items())
+        ]
+
+
+async def preview_apply(
+    conn: Conn, document: Mapping[str, object] | PackManifest, *, reinstall: bool = False
+) -> ApplyPreview:
+    """`pack apply --dry-run`: per drift surface, what activating `document` would do to the
+    owner's finalized links and active attempts (the classifier's own verdicts against the
+    would-be install), and which action slots' creates it would block. Reads only, page by
+    page; writes nothing."""
+    manifest = document if isinstance(document, PackManifest) else parse_manifest(document)
+    digest = manifest_digest(manifest)
+    owner = manifest.connector_owner_key
+    current = await q.select_active_install(conn, owner)
+    preview = ApplyPreview(
+        connector_owner_key=owner,
+        manifest_digest=digest,
+        current_pack_install_id=current.pack_install_id if current else None,
+        unchanged=current is not None and current.manifest_digest == digest and not reinstall,
+    )
+    if preview.unchanged:
+        return preview
+    ancestors: frozenset[str] = frozenset()
+    if current is not None and not reinstall:
+        old = await _active_pack(conn, current)
+        ancestors = frozenset({current.pack_install_id, *old.ancestors})
+    tally = _Tally()
+    resolved: dict[tuple[str, str], ActiveMetadata] = {}
+
+    def active_for(action_slot: str, destination_slot: str) -> ActiveMetadata:
+        slot = (action_slot, destination_slot)
+        if slot not in resolved:
+            resolved[slot] = resolve_active(
+                manifest, PREVIEW_INSTALL_ID, action_slot, destination_slot, ancestors
+            )
+        return resolved[slot]
+
+    links = failing = 0
+    after = ""
+    while page := await links_q.owner_finalized_links_page(conn, owner, after, PREVIEW_PAGE):
+        for row in page:
+            link = link_snapshot(row)
+            findings = classify(
+                link, active_for(link.slot.action_slot_id, row["destination_slot_id"])
+            )
+            tally.add("links", link.link_key, findings)
+            failing += fails_closed(findings)
+        links += len(page)
+        after = page[-1]["link_key"]
+    attempts = 0
+    after = ""
+    while page := await links_q.owner_active_attempts_page(conn, owner, after, PREVIEW_PAGE):
+        for row in page:
+            attempt = attempt_snapshot(row)
+            slot = attempt.slot
+            findings = classify(attempt, active_for(slot.action_slot_id, slot.destination_slot_id))
+            tally.add("attempts", attempt.link_key, findings)
+        attempts += len(page)
+        after = page[-1]["link_key"]
+    impacts = tally.impacts()
+    changed = create_path_changes(_previous_manifest(current), manifest)
+    if changed:
+        impacts.append(
+            SurfaceImpact(
+                surface=DriftSurface.CREATE_PATH.value,
+                subject="creates",
+                disposition="blocked_until_validated",
+                effect=Effect.BLOCKS_CREATES,
+                count=len(changed),
+                examples=tuple(slot for slot, _, _ in changed[:EXAMPLES]),
+            )
+        )
+    return preview.model_copy(
+        update={
+            "links_examined": links,
+            "attempts_examined": attempts,
+            "links_failing_closed": failing,
+            "impacts": tuple(impacts),
+        }
+    )

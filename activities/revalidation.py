@@ -12,17 +12,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from enum import StrEnum
-from typing import Final
+from typing import Final, NamedTuple
 
 import asyncpg
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from db import audit as audit_q
 from db import packs as packs_q
 from db import revalidation as q
 from db.records import Conn
 from protocol.active import resolve_active
-from protocol.audit import AuditCommand
+from protocol.audit import AuditCommand, AuditEntry
+from protocol.drift import INSTALL_SURFACES
+from protocol.errors import drift_reason
 from protocol.manifest import ManifestInvalid, PackManifest
 from protocol.manifest import parse_manifest as parse_pack_manifest
 from protocol.revalidation import (
@@ -39,6 +43,7 @@ from protocol.revalidation import (
     RevalidationManifest,
     RevalidationMember,
     RevalidationResult,
+    RevalidationStatus,
     build_manifest,
     decide_bound,
     judge_new_member,
@@ -401,3 +406,163 @@ def _member(
         return plan_member(row, produced.mapping_fingerprint, produced.body_fingerprint, install_id)
     except ValidationError as error:
         raise PlanError(f"{row.link_key}: not plannable ({error.errors()[0]['msg']})") from None
+
+
+# -- one command for an owner after an install change (C-4) ------------------------------
+
+# Links suspended for these surfaces wait only for an install revalidation.
+INSTALL_SURFACE_NAMES: Final = tuple(sorted(surface.value for surface in INSTALL_SURFACES))
+INSTALL_REASONS: Final = tuple(drift_reason(surface) for surface in INSTALL_SURFACE_NAMES)
+
+
+class OwnerRequest(BaseModel):
+    """`revalidate owner`: plan, validate and apply for every link of one owner key,
+    under one approval, against the owner's active install."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    connector_owner_key: str
+    operation_id: str | None = None  # default: derived from the install and the time
+    approval: Approval
+    # Also move links whose mapping or body fingerprints differ from the install's (a
+    # mapping change); without it such an owner is refused before anything is written.
+    include_mapping_changes: bool = False
+
+
+class OwnerOutcome(StrEnum):
+    APPLIED = "applied"
+    NOTHING_TO_DO = "nothing_to_do"
+    REJECTED = "rejected"
+    MAPPING_CHANGES = "mapping_changes"
+
+
+class OwnerResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    outcome: OwnerOutcome
+    connector_owner_key: str
+    pack_install_id: str
+    # Links moved from suspended_drift (install change only) back to finalized.
+    restored: tuple[str, ...] = ()
+    # Finalized links whose action slot the install does not have: not revalidated here.
+    skipped: tuple[str, ...] = ()
+    mapping_moves: int = 0
+    result: RevalidationResult | None = None
+
+    @property
+    def moved(self) -> int:
+        return len(self.result.receipts) if self.result is not None else 0
+
+
+class _OwnerPlan(NamedTuple):
+    members: list[RevalidationMember]
+    skipped: list[str]
+    mapping_moves: int
+
+
+def _plan_rows(pack: PackManifest, install_id: str, rows: Sequence[LinkRowState]) -> _OwnerPlan:
+    slots: SlotFingerprints = {}
+    members: list[RevalidationMember] = []
+    skipped: list[str] = []
+    for row in rows:
+        produced = slot_fingerprints(slots, pack, install_id, row)
+        if produced is None:
+            skipped.append(row.link_key)
+            continue
+        member = _member(produced, install_id, row)
+        if member.changes_nothing:
+            continue
+        members.append(member)
+    moves = sum(
+        (m.old_mapping_fingerprint, m.old_body_fingerprint)
+        != (m.new_mapping_fingerprint, m.new_body_fingerprint)
+        for m in members
+    )
+    return _OwnerPlan(members, skipped, moves)
+
+
+async def _active_install(conn: Conn, owner: str) -> tuple[str, PackManifest]:
+    install = await packs_q.select_active_install(conn, owner)
+    if install is None:
+        raise PlanError(f"no active pack for owner key {owner!r}")
+    try:
+        return install.pack_install_id, parse_pack_manifest(install.manifest)
+    except ManifestInvalid as error:
+        raise PlanError(f"install {install.pack_install_id}: {error}") from error
+
+
+def owner_operation_id(install_id: str, now: datetime) -> str:
+    return f"revalidate-owner-{install_id[:8]}-{now:%Y%m%dT%H%M%S%f}"
+
+
+async def revalidate_owner(
+    conn: Conn, request: OwnerRequest, on_step: OnStep = _ignore, *, now: datetime
+) -> OwnerResult:
+    """C-4's way out: every link of the owner validated against its active install.
+
+    1. Read-only: the links waiting (finalized under another install, or suspended for an
+       install change and nothing else) and what moving them would move; a mapping move
+       is refused unless asked for (nothing written).
+    2. One transaction: the install-only suspensions back to `finalized`, link locks in
+       link-key order, one audit entry each (their old install still fails closed until 3).
+    3. The §9 manifest for every finalized link that moves, validated, then applied in one
+       transaction with its receipts (or nothing, rejected with the conflicts).
+    """
+    owner, approval = request.connector_owner_key, request.approval
+    install_id, pack = await _active_install(conn, owner)
+    suspended = await q.install_suspended_link_states(
+        conn, owner, list(INSTALL_REASONS), list(INSTALL_SURFACE_NAMES)
+    )
+    finalized = await q.finalized_link_states(conn, owner)
+    ahead = _plan_rows(pack, install_id, [*finalized, *suspended])
+    base = OwnerResult(
+        outcome=OwnerOutcome.NOTHING_TO_DO,
+        connector_owner_key=owner,
+        pack_install_id=install_id,
+        skipped=tuple(sorted(ahead.skipped)),
+        mapping_moves=ahead.mapping_moves,
+    )
+    if ahead.mapping_moves and not request.include_mapping_changes:
+        return base.model_copy(update={"outcome": OwnerOutcome.MAPPING_CHANGES})
+    restored = await _restore(conn, owner, [row.link_key for row in suspended], approval)
+    rows = await q.finalized_link_states(conn, owner) if restored else finalized
+    plan = _plan_rows(pack, install_id, rows)
+    update: dict[str, object] = {"restored": tuple(restored), "skipped": tuple(plan.skipped)}
+    if not plan.members:
+        return base.model_copy(update=update)
+    operation_id = request.operation_id or owner_operation_id(install_id, now)
+    manifest = build_manifest(operation_id, approval, plan.members)
+    result = await validate(conn, manifest, on_step)
+    if result.status is RevalidationStatus.VALIDATED:
+        result = await apply(conn, manifest, on_step)
+    applied = result.status in (RevalidationStatus.APPLIED, RevalidationStatus.ALREADY_APPLIED)
+    outcome = OwnerOutcome.APPLIED if applied else OwnerOutcome.REJECTED
+    return base.model_copy(update={**update, "outcome": outcome, "result": result})
+
+
+async def _restore(conn: Conn, owner: str, keys: list[str], approval: Approval) -> list[str]:
+    if not keys:
+        return []
+    who = (approval.approved_by, approval.reason)
+    async with conn.transaction():
+        await q.lock_link_keys(conn, keys)
+        moved = await q.restore_install_suspended(conn, keys, list(INSTALL_REASONS), who)
+        entries = [
+            AuditEntry(
+                operator=approval.approved_by,
+                reason=approval.reason,
+                command=AuditCommand.REVALIDATE_OWNER,
+                link_key=key,
+                arguments={
+                    "connector_owner_key": owner,
+                    "approval_reference": approval.approval_reference,
+                },
+                state_before={"status": LinkStatus.SUSPENDED_DRIFT.value, "suspend_reason": why},
+                state_after={"status": LinkStatus.FINALIZED.value},
+                outcome="install-change suspension lifted; receipts follow",
+            )
+            for key, why in moved
+        ]
+        if entries:
+            await audit_q.append_many(conn, entries)
+    return [key for key, _ in moved]

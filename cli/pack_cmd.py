@@ -17,9 +17,11 @@ from activities.packs import (
     ActivePack,
     ApplyOutcome,
     ApplyPackResult,
+    ApplyPreview,
     active_manifests,
     apply_pack,
     get_active_pack,
+    preview_apply,
 )
 from activities.rate_limit import ensure_fairness_limit
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
@@ -79,6 +81,25 @@ def _print_apply(result: ApplyPackResult) -> None:
         f"is active; {f'replaced {replaced}' if replaced else 'first install'}; "
         f"{result.lineage_entries} lineage entr{'y' if result.lineage_entries == 1 else 'ies'}"
     )
+    if result.links_suspended_slot_removed:
+        shown = ", ".join(result.suspended_examples)
+        typer.echo(
+            f"suspended: {result.links_suspended_slot_removed} link(s) whose action slot this "
+            f"install removed (suspend_reason drift:action_recreated; rebind, revalidate or "
+            f"retire them), e.g. {shown}"
+        )
+    if result.revalidate_command:
+        typer.echo(
+            f"waiting: {result.links_awaiting_revalidation} link(s) wait for revalidation "
+            f"against install {install}: no PATCH until then (C-4). Revalidate them all "
+            f"with:\n  {result.revalidate_command}"
+        )
+    if result.validate_create_path_command:
+        slots = ", ".join(result.create_paths_awaiting_validation)
+        typer.echo(
+            f"blocked: the create path of action slot(s) {slots} changed: new creates for "
+            f"them are rejected until validated with:\n  {result.validate_create_path_command}"
+        )
 
 
 async def _apply(
@@ -115,10 +136,48 @@ async def _set_rate_limits(rates: dict[str, float], settings: RuntimeSettings) -
     return f"rate limits: {len(rates)} limited budget(s) set on task queue {settings.task_queue}"
 
 
+async def _preview(dsn: str, manifest: PackManifest, *, reinstall: bool) -> ApplyPreview:
+    async with connect(dsn) as conn:
+        return await preview_apply(conn, manifest, reinstall=reinstall)
+
+
+def _print_preview(preview: ApplyPreview) -> None:
+    owner = escape(preview.connector_owner_key)
+    console = Console(highlight=False)
+    if preview.unchanged:
+        console.print(
+            f"dry run: {owner} is already active with this manifest; nothing would change"
+        )
+        return
+    current = preview.current_pack_install_id or "none (first install)"
+    console.print(
+        f"dry run: applying would make a new install of {owner} (active now: {current}); "
+        f"examined {preview.links_examined} finalized link(s) and "
+        f"{preview.attempts_examined} active attempt(s); nothing written"
+    )
+    if preview.impacts:
+        table = _table("per drift surface", "surface", "on", "effect", "count", "examples")
+        for i in preview.impacts:
+            _add(table, i.surface, i.subject, i.effect.value, str(i.count), ", ".join(i.examples))
+        console.print(table)
+    console.print(
+        f"{preview.links_failing_closed} link(s) would fail closed (no PATCH) until "
+        "revalidated; active attempts keep their frozen requests"
+    )
+
+
 def apply_command(
     file: Annotated[Path, typer.Argument(help="Pack manifest (YAML or JSON).", show_default=False)],
     database_url: DatabaseUrl = None,
     as_json: AsJson = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Show what the new install would do to links, attempts and creates, per "
+            "drift surface; write nothing.",
+        ),
+    ] = False,
     reinstall: Annotated[
         bool,
         typer.Option(
@@ -141,10 +200,17 @@ def apply_command(
 ) -> None:
     """Validate a manifest and make it the active install for its ConnectorOwnerKey."""
     manifest = validate_manifest_file(file)
-    if reinstall and not confirm_reinstall:
+    if reinstall and not confirm_reinstall and not dry_run:
         bad_input(f"{_REINSTALL_CONSEQUENCE}; pass --confirm-reinstall to proceed")
     if confirm_reinstall and not reinstall:
         bad_input("--confirm-reinstall confirms --reinstall, which was not given")
+    if dry_run:
+        preview = asyncio.run(_preview(_dsn(database_url), manifest, reinstall=reinstall))
+        if as_json:
+            echo_json(preview.model_dump(mode="json"))
+        else:
+            _print_preview(preview)
+        return
     required_text("--operator", operator)
     settings = load_settings(RuntimeSettings)  # before the install: exit 5, nothing written
     applied = _apply(

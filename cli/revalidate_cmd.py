@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -17,7 +19,17 @@ from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from activities import revalidation as revalidation_activity
-from activities.revalidation import LockTableTooSmall, OnStep, Phase, PlanError, PlanRequest
+from activities.packs import validate_create_paths
+from activities.revalidation import (
+    LockTableTooSmall,
+    OnStep,
+    OwnerOutcome,
+    OwnerRequest,
+    OwnerResult,
+    Phase,
+    PlanError,
+    PlanRequest,
+)
 from cli.database import (
     AsJson,
     DatabaseUrl,
@@ -28,7 +40,8 @@ from cli.database import (
     read_document,
 )
 from cli.database import resolve_dsn as _dsn
-from cli.errors import EXIT_REJECTED, EXIT_UNAVAILABLE, CliError
+from cli.errors import EXIT_REJECTED, EXIT_UNAVAILABLE, CliError, required_text
+from db import packs as packs_q
 from protocol.revalidation import (
     Approval,
     ManifestRejected,
@@ -252,13 +265,211 @@ def plan_command(
     )
 
 
+# -- one command for an owner after an install change (C-4) --------------------------
+
+_OWNER_EPILOG: Final = (
+    "Exit codes: 0 applied, or nothing waited; 3 rejected (conflicts listed; the links "
+    "stay as they were and still fail closed); 2 bad input, no active pack, or links whose "
+    "mapping would move without --include-mapping-changes (nothing written); 5 Postgres "
+    "unreachable or its lock table too small."
+)
+
+_OWNER_EXIT: Final = {
+    OwnerOutcome.APPLIED: 0,
+    OwnerOutcome.NOTHING_TO_DO: 0,
+    OwnerOutcome.REJECTED: EXIT_REJECTED,
+    OwnerOutcome.MAPPING_CHANGES: 2,
+}
+
+
+async def _owner(dsn: str, request: OwnerRequest) -> OwnerResult:
+    # The progress bar's total is not known before the plan: one step per link locked.
+    with Progress(console=_stderr, transient=True) as bar:
+        task = bar.add_task("revalidating links", total=None)
+
+        def step(phase: Phase, link_key: str) -> None:
+            del phase, link_key
+            bar.advance(task)
+
+        async with connect(dsn) as conn:
+            try:
+                return await revalidation_activity.revalidate_owner(
+                    conn, request, step, now=datetime.now(UTC)
+                )
+            except LockTableTooSmall as error:
+                raise CliError(str(error), EXIT_UNAVAILABLE) from error
+
+
+def _owner_json(result: OwnerResult) -> dict[str, object]:
+    inner = result.result
+    return {
+        "outcome": result.outcome.value,
+        "connector_owner_key": result.connector_owner_key,
+        "pack_install_id": result.pack_install_id,
+        "links_revalidated": result.moved,
+        "restored": list(result.restored),
+        "skipped": list(result.skipped),
+        "mapping_moves": result.mapping_moves,
+        "revalidation": None if inner is None else inner.model_dump(mode="json"),
+    }
+
+
+def _print_owner(result: OwnerResult) -> None:
+    owner, install = escape(result.connector_owner_key), result.pack_install_id
+    if result.outcome is OwnerOutcome.MAPPING_CHANGES:
+        _stdout.print(
+            f"[bold red]refused[/]: {result.mapping_moves} link(s) of {owner} would also move "
+            f"their mapping fingerprints to install {install}; review them with `revalidate "
+            "plan`/`validate`/`apply`, or pass --include-mapping-changes; nothing written"
+        )
+        return
+    if result.result is not None and result.result.conflicts:
+        _print_result(result.result)
+    restored = len(result.restored)
+    if restored:
+        _stdout.print(f"lifted the install-change suspension of {restored} link(s)")
+    if result.skipped:
+        shown = ", ".join(escape(k) for k in result.skipped[:5])
+        _stdout.print(
+            f"skipped {len(result.skipped)} link(s) whose action slot install {install} does "
+            f"not have (retire or rebind them): {shown}"
+        )
+    match result.outcome:
+        case OwnerOutcome.APPLIED:
+            op = escape(result.result.operation_id) if result.result else "-"
+            _stdout.print(
+                f"[bold green]revalidated[/]: {result.moved} link(s) of {owner} against "
+                f"install {install} ({op}); their next saves PATCH"
+            )
+        case OwnerOutcome.NOTHING_TO_DO:
+            _stdout.print(f"nothing waits: every link of {owner} is validated against {install}")
+        case OwnerOutcome.REJECTED:
+            _stdout.print(
+                f"[bold red]rejected[/]: nothing moved; the links of {owner} still fail closed"
+            )
+
+
+def owner_command(
+    owner_key: Annotated[str, typer.Option("--owner-key", help="The ConnectorOwnerKey.")],
+    approved_by: Annotated[str, typer.Option("--approved-by", help="Who approved it.")],
+    approval_reference: Annotated[
+        str, typer.Option("--approval-reference", help="Ticket or change record.")
+    ],
+    reason: Annotated[str, typer.Option("--reason", help="Why the install change is safe.")],
+    operation_id: Annotated[
+        str | None,
+        typer.Option("--operation-id", help="Operation id (default: from install and time)."),
+    ] = None,
+    include_mapping_changes: Annotated[
+        bool,
+        typer.Option(
+            "--include-mapping-changes",
+            help="Also move links whose mapping fingerprints the install changes.",
+        ),
+    ] = False,
+    database_url: DatabaseUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Revalidate every link of an owner against its active install, in one command (C-4).
+
+    After `pack apply` makes a new install, the owner's links fail closed (no PATCH) until
+    revalidated. This plans, validates and applies the §9 revalidation of every finalized
+    link under one approval (receipts and audit entries written), and first lifts the
+    suspension of links suspended for the install change alone. Progress on stderr.
+    """
+    try:
+        approval = Approval(
+            approved_by=required_text("--approved-by", approved_by),
+            approval_reference=required_text("--approval-reference", approval_reference),
+            reason=required_text("--reason", reason),
+        )
+        request = OwnerRequest(
+            connector_owner_key=owner_key,
+            operation_id=operation_id,
+            approval=approval,
+            include_mapping_changes=include_mapping_changes,
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        bad_input(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+    try:
+        result = asyncio.run(_owner(_dsn(database_url), request))
+    except (PlanError, ManifestRejected) as error:
+        bad_input(str(error))
+    if as_json:
+        echo_json(_owner_json(result))
+    else:
+        _print_owner(result)
+    raise typer.Exit(_OWNER_EXIT[result.outcome])
+
+
+# -- C-8: a changed create path, validated --------------------------------------------
+
+
+async def _create_path(
+    dsn: str, owner: str, slots: list[str] | None, operator: str, reason: str
+) -> tuple[list[packs_q.CreatePathBlock], list[packs_q.CreatePathBlock]]:
+    async with connect(dsn) as conn:
+        validated = await validate_create_paths(conn, owner, slots, operator, reason)
+        return validated, await packs_q.create_path_blocks(conn, owner)
+
+
+def create_path_command(
+    owner_key: Annotated[str, typer.Option("--owner-key", help="The ConnectorOwnerKey.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why the new create path is right.")],
+    action_slot: Annotated[
+        list[str] | None,
+        typer.Option("--action-slot", help="Only this action slot (repeatable; default all)."),
+    ] = None,
+    operator: Annotated[
+        str, typer.Option("--operator", help="Who validates (recorded in the audit trail).")
+    ] = os.environ.get("USER", "operator"),
+    database_url: DatabaseUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Validate changed create paths, so creates for those action slots are admitted (C-8).
+
+    A `pack apply` that changes an action slot's createPath blocks new creates for that
+    slot (rejected `create_path_unvalidated`) until this command validates it; finalized
+    links are not affected. One audit entry per slot.
+    """
+    required_text("--operator", operator)
+    required_text("--reason", reason)
+    validated, still = asyncio.run(
+        _create_path(_dsn(database_url), owner_key, action_slot or None, operator, reason)
+    )
+    if as_json:
+        echo_json(
+            {
+                "connector_owner_key": owner_key,
+                "validated": [vars(b) for b in validated],
+                "still_blocked": [b.action_slot_id for b in still],
+            }
+        )
+        return
+    if not validated:
+        _stdout.print(f"nothing to validate: no changed create path of {escape(owner_key)} waits")
+    for b in validated:
+        _stdout.print(
+            f"validated: action slot {escape(b.action_slot_id)} creates with "
+            f"{escape(b.create_path_template)} (was {escape(b.previous_create_path)})"
+        )
+    if still:
+        _stdout.print(f"still blocked: {', '.join(escape(b.action_slot_id) for b in still)}")
+
+
 def register(app: typer.Typer) -> None:
     revalidate = typer.Typer(
-        help="Bulk finalized-link mapping revalidation: plan, validate, apply (SPEC §9).",
+        help=(
+            "Bulk finalized-link revalidation: plan, validate, apply (SPEC §9); owner (all "
+            "of an owner's links after an install change, one command); create-path."
+        ),
         epilog=_EPILOG,
         no_args_is_help=True,
     )
     revalidate.command("plan")(plan_command)
     revalidate.command("validate", epilog=_EPILOG)(validate_command)
     revalidate.command("apply", epilog=_EPILOG)(apply_command)
+    revalidate.command("owner", epilog=_OWNER_EPILOG)(owner_command)
+    revalidate.command("create-path")(create_path_command)
     app.add_typer(revalidate, name="revalidate")

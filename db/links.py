@@ -449,3 +449,40 @@ async def record_rows_many(conn: Conn, records: list[tuple[str, str, str]]) -> l
         """,
         *([record[i] for record in records] for i in range(3)),
     )
+
+
+# -- pack apply --dry-run (C-4): what a new install would do, page by page --------------
+
+
+async def owner_finalized_links_page(
+    conn: Conn, owner_key: str, after_key: str, limit: int
+) -> list[Row]:
+    """The owner's finalized links after `after_key` in link-key order (unlocked)."""
+    return await conn.fetch(
+        """
+        SELECT * FROM connector_remote_link
+        WHERE connector_owner_key = $1 AND status = 'finalized' AND link_key COLLATE "C" > $2
+        ORDER BY link_key COLLATE "C" LIMIT $3
+        """,
+        owner_key,
+        after_key,
+        limit,
+    )
+
+
+async def owner_active_attempts_page(
+    conn: Conn, owner_key: str, after_key: str, limit: int
+) -> list[Row]:
+    """The owner's attempts that are not released or terminal, after `after_key` (unlocked)."""
+    return await conn.fetch(
+        """
+        SELECT * FROM connector_push_attempt
+        WHERE connector_owner_key = $1
+          AND status NOT IN ('finalized', 'superseded', 'terminal_failed')
+          AND link_key COLLATE "C" > $2
+        ORDER BY link_key COLLATE "C" LIMIT $3
+        """,
+        owner_key,
+        after_key,
+        limit,
+    )

@@ -29,6 +29,9 @@ class PackInstallRow:
     created_at: datetime
     activated_at: datetime | None
     deactivated_at: datetime | None
+    # C-8: the owner's action slots whose changed createPath awaits validation (read with
+    # the active install only; empty otherwise).
+    create_blocked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,14 @@ manifest::text AS manifest, manifest_digest, active, created_at, activated_at, d
 # both decide "changed" from the same active row.
 LOCK_OWNER_KEY: Final = "SELECT pg_advisory_xact_lock(hashtextextended('pack_install:' || $1, 0))"
 
+# With the slots whose createPath change awaits validation (C-8), in the same statement:
+# admission reads the active install once per batch and owner, and this rides along.
 SELECT_ACTIVE_INSTALL: Final = f"""
-SELECT {_INSTALL_COLUMNS} FROM pack_install WHERE connector_owner_key = $1 AND active
+SELECT {_INSTALL_COLUMNS},
+    ARRAY(SELECT c.action_slot_id FROM action_slot_create_path c
+          WHERE c.connector_owner_key = $1 AND c.validated_at IS NULL
+          ORDER BY c.action_slot_id) AS create_blocked
+FROM pack_install WHERE connector_owner_key = $1 AND active
 """
 
 SELECT_INSTALL: Final = f"""
@@ -133,6 +142,7 @@ def _install(row: Record) -> PackInstallRow:
         created_at=row["created_at"],
         activated_at=row["activated_at"],
         deactivated_at=row["deactivated_at"],
+        create_blocked=tuple(row.get("create_blocked") or ()),
     )
 
 
@@ -222,3 +232,147 @@ async def select_active_predecessors(
 async def select_install_ancestors(conn: Conn, pack_install_id: str) -> list[str]:
     """Installs this one upgraded, transitively (not across a reinstall)."""
     return [row["id"] for row in await conn.fetch(SELECT_INSTALL_ANCESTORS, pack_install_id)]
+
+
+# -- install changes fail closed (C-4, C-8, C-9) -------------------------------------------
+
+# C-9: the owner's finalized links whose action slot the new install no longer has become
+# `suspended_drift` in the apply's transaction, rows locked in link-key order; their queued
+# PATCHes are closed as for any suspension (db/patches.py `supersede_queued`).
+SUSPEND_REMOVED_SLOT_LINKS: Final = """
+WITH target AS (
+    SELECT link_key FROM connector_remote_link
+    WHERE connector_owner_key = $1 AND status = 'finalized'
+      AND NOT (action_slot_id = ANY($2::text[]))
+    ORDER BY link_key COLLATE "C" FOR UPDATE
+), gone AS (
+    UPDATE connector_remote_link l
+    SET status = 'suspended_drift', suspend_reason = $3,
+        drift_findings = jsonb_build_array(jsonb_build_object(
+            'surface', $4::text, 'disposition', 'fail_closed',
+            'detail', 'action slot ' || quote_literal(l.action_slot_id)
+                      || ' is not in install ' || $5::text))
+    FROM target WHERE l.link_key = target.link_key AND l.status = 'finalized'
+    RETURNING l.link_key
+), closed AS (
+    UPDATE connector_patch_dispatch SET status = 'superseded', last_error = $6
+    WHERE status = 'pending' AND link_key IN (SELECT link_key FROM gone)
+)
+SELECT link_key FROM gone ORDER BY link_key COLLATE "C"
+"""
+
+# C-4: links that wait for an explicit revalidation against `$2`: finalized but validated
+# under another install, or already suspended because of the install change.
+COUNT_AWAITING_REVALIDATION: Final = """
+SELECT count(*) FILTER (WHERE status = 'finalized') AS finalized,
+       count(*) FILTER (WHERE status = 'suspended_drift') AS suspended
+FROM connector_remote_link
+WHERE connector_owner_key = $1
+  AND ((status = 'finalized' AND last_validated_pack_install_id <> $2::uuid)
+       OR (status = 'suspended_drift' AND suspend_reason = ANY($3::text[])))
+"""
+
+UPSERT_CREATE_PATH_CHANGES: Final = """
+INSERT INTO action_slot_create_path
+    (connector_owner_key, action_slot_id, create_path_template, previous_create_path,
+     pack_install_id)
+SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[]), (SELECT $5::uuid) AS i
+ON CONFLICT (connector_owner_key, action_slot_id) DO UPDATE
+SET create_path_template = excluded.create_path_template,
+    previous_create_path = excluded.previous_create_path,
+    pack_install_id = excluded.pack_install_id, changed_at = now(),
+    validated_by = NULL, validated_reason = NULL, validated_at = NULL
+"""
+
+VALIDATE_CREATE_PATHS: Final = """
+UPDATE action_slot_create_path
+SET validated_by = $3, validated_reason = $4, validated_at = now()
+WHERE connector_owner_key = $1 AND validated_at IS NULL
+  AND ($2::text[] IS NULL OR action_slot_id = ANY($2::text[]))
+RETURNING action_slot_id, create_path_template, previous_create_path,
+          pack_install_id::text AS pack_install_id
+"""
+
+SELECT_CREATE_PATH_BLOCKS: Final = """
+SELECT action_slot_id, create_path_template, previous_create_path,
+       pack_install_id::text AS pack_install_id
+FROM action_slot_create_path
+WHERE connector_owner_key = $1 AND validated_at IS NULL ORDER BY action_slot_id
+"""
+
+
+@dataclass(frozen=True)
+class CreatePathBlock:
+    action_slot_id: str
+    create_path_template: str
+    previous_create_path: str
+    pack_install_id: str
+
+
+def _block(row: Record) -> CreatePathBlock:
+    return CreatePathBlock(
+        action_slot_id=row["action_slot_id"],
+        create_path_template=row["create_path_template"],
+        previous_create_path=row["previous_create_path"],
+        pack_install_id=row["pack_install_id"],
+    )
+
+
+async def suspend_removed_slot_links(
+    conn: Conn,
+    owner_key: str,
+    kept_action_slots: Sequence[str],
+    reason: str,
+    surface: str,
+    pack_install_id: str,
+) -> list[str]:
+    """C-9: suspend the owner's finalized links under any other action slot; their keys."""
+    rows = await conn.fetch(
+        SUSPEND_REMOVED_SLOT_LINKS,
+        owner_key,
+        list(kept_action_slots),
+        reason,
+        surface,
+        pack_install_id,
+        f"link suspended: {reason}",
+    )
+    return [row["link_key"] for row in rows]
+
+
+async def count_awaiting_revalidation(
+    conn: Conn, owner_key: str, pack_install_id: str, suspend_reasons: Sequence[str]
+) -> tuple[int, int]:
+    """(finalized, suspended) links of the owner that wait for revalidation (C-4)."""
+    row = await conn.fetchrow(
+        COUNT_AWAITING_REVALIDATION, owner_key, pack_install_id, list(suspend_reasons)
+    )
+    assert row is not None  # an aggregate returns its one row
+    return int(row["finalized"]), int(row["suspended"])
+
+
+async def record_create_path_changes(
+    conn: Conn, owner_key: str, changes: Sequence[tuple[str, str, str]], pack_install_id: str
+) -> None:
+    """C-8: (action slot, new createPath, previous createPath) awaiting validation."""
+    await conn.execute(
+        UPSERT_CREATE_PATH_CHANGES,
+        owner_key,
+        [c[0] for c in changes],
+        [c[1] for c in changes],
+        [c[2] for c in changes],
+        pack_install_id,
+    )
+
+
+async def validate_create_paths(
+    conn: Conn, owner_key: str, action_slots: Sequence[str] | None, who: str, reason: str
+) -> list[CreatePathBlock]:
+    """C-8: mark the owner's pending createPath changes validated (all when None)."""
+    slots = None if action_slots is None else list(action_slots)
+    rows = await conn.fetch(VALIDATE_CREATE_PATHS, owner_key, slots, who, reason)
+    return sorted((_block(row) for row in rows), key=lambda b: b.action_slot_id)
+
+
+async def create_path_blocks(conn: Conn, owner_key: str) -> list[CreatePathBlock]:
+    """C-8: the owner's createPath changes that still block creates."""
+    return [_block(row) for row in await conn.fetch(SELECT_CREATE_PATH_BLOCKS, owner_key)]

@@ -340,3 +340,48 @@ async def audit_operation(
     """Append one audit entry per receipt of `operation_id`, in the caller's transaction
     (approval: who, why, reference)."""
     await conn.execute(INSERT_OPERATION_AUDIT, operation_id, command, *approval)
+
+
+# -- one command for an owner's install change (C-4) -----------------------------------
+
+# Links suspended only because the install changed: every fail-closed finding recorded at
+# the suspension is an install surface ($3). Read for planning (no locks).
+SELECT_INSTALL_SUSPENDED: Final = f"""
+SELECT {_LINK_STATE} FROM connector_remote_link
+WHERE connector_owner_key = $1 AND status = 'suspended_drift' AND suspend_reason = ANY($2::text[])
+  AND NOT EXISTS (
+      SELECT 1 FROM jsonb_array_elements(
+          CASE WHEN jsonb_typeof(drift_findings) = 'array' THEN drift_findings
+               ELSE '[]'::jsonb END) AS f
+      WHERE f->>'disposition' = 'fail_closed' AND NOT (f->>'surface' = ANY($3::text[])))
+ORDER BY link_key COLLATE "C"
+"""
+
+# suspended_drift -> finalized for those links, each still suspended for the same reason
+# (the caller holds their link locks, taken in link-key order). The install they were
+# validated under does not move here: the receipts of the revalidation that follows do.
+RESTORE_INSTALL_SUSPENDED: Final = """
+UPDATE connector_remote_link
+SET status = 'finalized', suspend_reason = NULL, drift_findings = '[]'::jsonb,
+    last_operator = $3, last_operator_reason = $4, last_operator_at = now()
+WHERE link_key = ANY($1::text[]) AND status = 'suspended_drift'
+  AND suspend_reason = ANY($2::text[])
+RETURNING link_key, suspend_reason
+"""
+
+
+async def install_suspended_link_states(
+    conn: Conn, owner_key: str, reasons: list[str], surfaces: list[str]
+) -> list[LinkRowState]:
+    """The owner's links suspended for an install change and nothing else, by link key."""
+    rows = await conn.fetch(SELECT_INSTALL_SUSPENDED, owner_key, reasons, surfaces)
+    return list(_link_states(rows))
+
+
+async def restore_install_suspended(
+    conn: Conn, link_keys: list[str], reasons: list[str], operator: tuple[str, str]
+) -> list[tuple[str, str]]:
+    """Move those of `link_keys` still suspended for `reasons` back to finalized, stamping
+    `operator` (who, why); (link key, the reason it was suspended for) of each moved."""
+    rows = await conn.fetch(RESTORE_INSTALL_SUSPENDED, link_keys, reasons, *operator)
+    return sorted((row["link_key"], row["suspend_reason"]) for row in rows)

@@ -43,6 +43,9 @@ class ActiveMetadata(Snapshot):
     # Installs the active one upgraded (not across a reinstall): a link frozen under
     # one of them is validated surface by surface instead of failing closed.
     install_ancestors: frozenset[str] = frozenset()
+    # C-8 (drift row "create path changes"): the action slot's createPath changed in an
+    # apply and nobody has validated it yet: no new create for this slot until then.
+    create_path_unvalidated: bool = False
 
     @property
     def usable(self) -> bool:
@@ -91,6 +94,7 @@ def resolve_active(
     action_slot_id: str,
     destination_slot_id: str | None = None,
     install_ancestors: frozenset[str] = frozenset(),
+    create_blocked: frozenset[str] = frozenset(),
 ) -> ActiveMetadata:
     """Resolve a slot by its stable ids only; `destination_slot_id` defaults to the
     action slot's current destination (pass the stored one when validating a link)."""
@@ -111,4 +115,5 @@ def resolve_active(
         association_slots={t: s for t in targets if (s := manifest.action_slot(t)) is not None},
         lineage_predecessors=lineage_predecessors(manifest, action_slot_id),
         install_ancestors=install_ancestors,
+        create_path_unvalidated=action_slot_id in create_blocked,
     )

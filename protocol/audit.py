@@ -24,6 +24,8 @@ class AuditCommand(StrEnum):
     REVALIDATE_APPLY = "revalidate-apply"
     BACKFILL_APPLY = "backfill-apply"
     PACK_APPLY = "pack-apply"
+    REVALIDATE_OWNER = "revalidate-owner"  # C-4: an owner's install-change suspensions lifted
+    REVALIDATE_CREATE_PATH = "revalidate-create-path"  # C-8: a changed createPath validated
 
 
 # protocol/operator.py OperatorAction value -> the command an operator typed.

@@ -85,7 +85,11 @@ MATRIX: Final[dict[DriftSurface, tuple[Disposition, Disposition]]] = {
     # A reinstall (new incarnation): links fail closed until revalidated; an attempt
     # frozen under the old one never POSTs under the new one (GATE-2).
     S.PACK_INSTALL: (X, X),
-    S.PACK_UPGRADED: (B, F),  # an apply on the same lineage: the other surfaces decide
+    # C-4 (seed drift row "active PackInstallId changes"): an apply on the same lineage
+    # is still a new install. The link is found by its stable key, then fails closed
+    # until explicitly revalidated (`revalidate owner`, `revalidate-link`); an attempt
+    # retries only its frozen request.
+    S.PACK_UPGRADED: (X, F),
     S.PROFILE_RENAMED: (B, F),
     S.PROFILE_REPLACED: (X, X),
     S.CREDENTIAL_REF: (X, X),  # * link benign if rotation declared same-destination
@@ -127,9 +131,16 @@ def fails_closed(findings: list[Finding]) -> bool:
     return any(f.disposition is Disposition.FAIL_CLOSED for f in findings)
 
 
+# Install surfaces fail closed on every apply (C-4): a suspension names them only when
+# nothing more specific failed, so `drift:pack_upgraded` means "revalidate, nothing else".
+INSTALL_SURFACES: Final = frozenset({DriftSurface.PACK_UPGRADED, DriftSurface.PACK_INSTALL})
+
+
 def suspend_reason(findings: Iterable[Finding]) -> str:
-    """`drift:<surface>` of the first fail-closed finding (the one that suspends the link)."""
+    """`drift:<surface>` of the first fail-closed finding (the one that suspends the link),
+    an install surface only when no other surface failed closed."""
     closed = [f.surface for f in findings if f.disposition is Disposition.FAIL_CLOSED]
+    closed.sort(key=lambda surface: surface in INSTALL_SURFACES)  # stable: order kept
     return drift_reason(closed[0].value) if closed else SuspendReason.DRIFT.value
 
 

@@ -45,6 +45,8 @@ class RejectReason(StrEnum):
     LINK_RETIRED = "link_retired"
     UNSUPERSEDED_TERMINAL_ATTEMPT = "unsuperseded_terminal_attempt"
     LINEAGE_UNRESOLVED = "lineage_unresolved"
+    # C-8: the action slot's createPath changed and is not validated yet.
+    CREATE_PATH_UNVALIDATED = "create_path_unvalidated"
     PRIOR_OWNERSHIP_UNCERTAIN = "prior_ownership_uncertain"
     FREEZE_FAILED = "freeze_failed"
     DRIFT_FAIL_CLOSED = "drift_fail_closed"

@@ -256,6 +256,9 @@ def _decide_create(ctx: AdmissionContext, key: str) -> AdmissionDecision:
     unresolved = [r.slot_id for r in ctx.lineage_rows if not r.resolved]
     if unresolved:
         return Rejected(reason=R.LINEAGE_UNRESOLVED, detail=f"{unresolved}", link_key=key)
+    blocked = _create_path_unvalidated(ctx.active, key)
+    if blocked is not None:
+        return blocked
     uncertain = prior_ownership(ctx, key)
     if uncertain is not None:
         return uncertain
@@ -282,6 +285,17 @@ def _decide_create(ctx: AdmissionContext, key: str) -> AdmissionDecision:
     if plan.pending:
         return DeferredAssociationReserved(reservation=reservation, waiting_on=plan.pending)
     return CreateReserved(reservation=reservation)
+
+
+def _create_path_unvalidated(active: ActiveMetadata, key: str) -> Rejected | None:
+    """C-8: a changed createPath blocks new creates for its action slot until validated."""
+    if not active.create_path_unvalidated:
+        return None
+    detail = (
+        f"the createPath of action slot {active.action_slot_id!r} changed and is not "
+        "validated: connector-push revalidate create-path"
+    )
+    return Rejected(reason=R.CREATE_PATH_UNVALIDATED, detail=detail, link_key=key)
 
 
 def _reservation(

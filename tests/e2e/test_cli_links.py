@@ -10,7 +10,13 @@ from typer.testing import CliRunner
 from cli.main import app
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import Stack
-from tests.e2e.test_patch_path import apply_edit, finalized_contact, flow_version, settled
+from tests.e2e.test_patch_path import (
+    apply_edit,
+    finalized_contact,
+    flow_version,
+    revalidate_owner_now,
+    settled,
+)
 
 
 async def test_links_show_prints_findings_and_patch_history(
@@ -18,6 +24,7 @@ async def test_links_show_prints_findings_and_patch_history(
 ) -> None:
     link = await finalized_contact(stack)
     await apply_edit(stack.pool, remote, flow_version)
+    await revalidate_owner_now(stack.pool)  # C-4: a new install is revalidated first
     await stack.push("c-001")
     await settled(stack, link["link_key"])
     # The command runs its own event loop: invoke it off this test's loop.
@@ -26,7 +33,7 @@ async def test_links_show_prints_findings_and_patch_history(
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["link"]["status"] == "finalized"
-    assert [f["surface"] for f in data["drift_findings"]] == ["pack_upgraded", "flow_version"]
+    assert [f["surface"] for f in data["drift_findings"]] == ["flow_version"]
     assert [p["status"] for p in data["patches"]] == ["succeeded"]
     # JRN-1: the create's try and the PATCH's try, each answered.
     tries = data["send_journal"]

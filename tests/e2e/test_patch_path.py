@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -13,12 +14,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
 from activities.packs import apply_pack
+from activities.revalidation import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from protocol.admission import PatchQueued, Rejected
 from protocol.errors import RejectReason
 from protocol.messages import RevalidateInput
+from protocol.revalidation import Approval
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
-from tests.e2e.conftest import Stack, company_key, contact_key, deal_key, demo_manifest
+from tests.e2e.conftest import OWNER, Stack, company_key, contact_key, deal_key, demo_manifest
 from tests.e2e.support import eventually
 from workflows.link import LinkWorkflow
 
@@ -251,12 +254,25 @@ def retry_policy(doc: Doc) -> None:
     contact_profile(doc)["retryPolicy"] = {"maxAttempts": 9, "initialIntervalMs": 100}
 
 
+async def revalidate_owner_now(pool: asyncpg.Pool) -> OwnerResult:
+    """`connector-push revalidate owner` for the demo owner (C-4: after every new install)."""
+    approval = Approval(approved_by="op", approval_reference="CHG-1", reason="new install")
+    request = OwnerRequest(connector_owner_key=OWNER, approval=approval)
+    async with pool.acquire() as conn:
+        result = await revalidate_owner(conn, request, now=datetime.now(UTC))
+    assert result.outcome is OwnerOutcome.APPLIED, result
+    return result
+
+
 @pytest.mark.parametrize("edit", [flow_version, action_rename, retry_policy])
 async def test_benign_drift_patches_and_records_findings(
     stack: Stack, remote: BackgroundSandbox, edit: Callable[[Doc], None]
 ) -> None:
+    """Benign surfaces PATCH once the new install is revalidated (C-4, P-10: an apply is a
+    new install, and the link fails closed until then; test_install_fail_closed.py)."""
     link = await finalized_contact(stack)
     await apply_edit(stack.pool, remote, edit)
+    await revalidate_owner_now(stack.pool)
     decision = await stack.push("c-001")
     assert isinstance(decision, PatchQueued), decision
     rows = await settled(stack, link["link_key"])

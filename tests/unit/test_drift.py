@@ -103,12 +103,13 @@ ROWS: list[tuple[DriftSurface, Callable[[], ActiveMetadata], Disposition, Dispos
         D.FAIL_CLOSED,
     ),
     (
-        # An upgrade on the same install lineage: validated surface by surface.
+        # P-10, D-06L, C-4: an upgrade on the same install lineage is a new install: the
+        # link fails closed until revalidated; an attempt retries its frozen request.
         S.PACK_UPGRADED,
         lambda: active_for(None, install="install-2").model_copy(
             update={"install_ancestors": frozenset({INSTALL})}
         ),
-        D.BENIGN,
+        D.FAIL_CLOSED,
         D.FROZEN_NO_EFFECT,
     ),
     (S.PROFILE_RENAMED, lambda: active_for(rename_profile), D.BENIGN, D.FROZEN_NO_EFFECT),
