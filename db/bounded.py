@@ -20,8 +20,10 @@ from asyncpg.transaction import Transaction
 
 Connection: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
 
-# The pool's reset of a released connection, bounded: past it the pool terminates it.
-RELEASE_TIMEOUT_S: Final = 1.0
+# The cleanup ceiling (C-10, seed 004): the pool's reset of a released connection is
+# bounded, and past it the pool terminates the connection, so a reset that hangs frees
+# its pool slot within 200 ms.
+RELEASE_TIMEOUT_S: Final = 0.2
 
 
 def server_refused(exc: BaseException) -> bool:
