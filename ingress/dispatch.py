@@ -29,7 +29,7 @@ from protocol.action_callback import (
     action_workflow_id,
 )
 from protocol.inbound import INBOUND_EVENT_WORKFLOW, InboundEventInput, event_workflow_id
-from protocol.ingress_policy import IngressPolicy, WorkflowActionEndpoint
+from protocol.ingress_policy import IngressPolicy, WorkflowActionEndpoint, WorkflowActionMode
 
 log = logging.getLogger(__name__)
 warn = ThrottledLog(log)
@@ -60,6 +60,9 @@ class WorkflowStarter:
         self._actions = {
             e.name: e for e in policy.endpoints if isinstance(e, WorkflowActionEndpoint)
         }
+        # ING-7: execution is enabled by the one mode switch; disabled, no callback
+        # workflow starts, whoever asks (the request's own start or the relay).
+        self.actions_enabled = policy.workflow_action_mode is WorkflowActionMode.PROXY
 
     async def _start(self, workflow: str, arg: object, workflow_id: str) -> None:
         # A completed run keeps its id (its work is done); a failed one may run again.
@@ -94,7 +97,10 @@ class WorkflowStarter:
         return len(started)
 
     async def start_execution(self, pool: asyncpg.Pool, execution: UnstartedExecution) -> bool:
-        """Start the callback workflow of one must-complete execution; False if it failed."""
+        """Start the callback workflow of one must-complete execution; False if it failed
+        or workflow actions are disabled (the row is left as it is)."""
+        if not self.actions_enabled:
+            return False
         endpoint = self._actions.get(execution.endpoint)
         if endpoint is None or endpoint.callback_base_url is None:
             warn.warning("no callback target for endpoint %s", execution.endpoint)
@@ -105,9 +111,8 @@ class WorkflowStarter:
             target=callback_target(endpoint),
         )
         try:
-            await self._start(
-                ACTION_CALLBACK_WORKFLOW, arg, action_workflow_id(execution.callback_id)
-            )
+            workflow_id = action_workflow_id(execution.endpoint, execution.callback_id)
+            await self._start(ACTION_CALLBACK_WORKFLOW, arg, workflow_id)
         except Exception as exc:
             warn.warning("could not start action workflow: %s", type(exc).__name__)
             return False

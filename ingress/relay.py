@@ -40,10 +40,16 @@ class Relay:
         self._batch = batch
 
     async def run_once(self, pool: asyncpg.Pool) -> int:
-        """One pass over both backlogs; returns how many workflows it started."""
+        """One pass over both backlogs; returns how many workflows it started. With workflow
+        actions disabled (ING-7) the executions' backlog is not read: its rows stay as
+        they are until the mode is switched on."""
         async with asyncio.timeout(RELAY_QUERY_TIMEOUT_S), bounded_transaction(pool) as conn:
             events = await unstarted_events(conn, self._min_age, self._batch)
-            executions = await unstarted_executions(conn, self._min_age, self._batch)
+            executions = (
+                await unstarted_executions(conn, self._min_age, self._batch)
+                if self._starter.actions_enabled
+                else []
+            )
         started = await self._starter.start_events(pool, events)
         for execution in executions:
             started += await self._starter.start_execution(pool, execution)

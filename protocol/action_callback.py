@@ -10,6 +10,9 @@ Rules kept in this module:
    2xx and 409 are done, 429 / 5xx / no response are retried within the
    phase's budget, 401 / 403 and every other status are terminal and need an
    operator.
+4. An execution is (endpoint, callbackId) everywhere (C-7): the same callback id
+   arriving on two endpoints is two executions, two workflows, two completions.
+   `action_workflow_id` is the one place the workflow id is made.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
+from urllib.parse import quote
 
 from protocol.inbound import EventStatus
 from protocol.messages import Message
@@ -41,9 +45,16 @@ def valid_callback_id(value: str) -> bool:
     return _CALLBACK_ID.fullmatch(value) is not None
 
 
-def action_workflow_id(callback_id: str) -> str:
-    """One callback workflow per callback id: a duplicate delivery finds the same run."""
-    return f"action/{callback_id}"
+def action_workflow_id(endpoint: str, callback_id: str) -> str:
+    """One callback workflow per (endpoint, callback id) (C-7): a duplicate delivery on the
+    same endpoint finds the same run; the same id on another endpoint is another run.
+
+    The endpoint name is percent-encoded with nothing kept safe but unreserved characters,
+    so it never holds a '/' and the id splits back into its two parts unambiguously
+    (policy names are `[a-z0-9_-]` today, which encode to themselves)."""
+    if not endpoint or not valid_callback_id(callback_id):
+        raise ProtocolError("an action workflow id needs an endpoint and an admitted callback id")
+    return f"action/{quote(endpoint, safe='')}/{callback_id}"
 
 
 class ActionPhase(StrEnum):

@@ -2,9 +2,10 @@
 
 Theory of operation:
 1. The ingress answered BLOCK after committing the execution row; this workflow
-   (id `action/{callbackId}`) then runs three phases, each persisted in that
-   row before the next begins: enqueue the local work as a connector_event,
-   observe the event's outcome, deliver the completion callback.
+   (id `action/{endpoint}/{callbackId}`, C-7: one per endpoint and callback id)
+   then runs three phases, each persisted in that row before the next begins:
+   enqueue the local work as a connector_event, observe the event's outcome,
+   deliver the completion callback.
 2. Each phase is one activity with its own retry policy and a
    schedule-to-close timeout cut at the block expiration, so no phase can eat
    another's budget past the point where the remote stops waiting. A phase

@@ -32,6 +32,7 @@ from tests.replay.record import keep_history
 from workflows.search_attributes import NEEDS_OPERATOR
 
 PATH = "/actions/crm"
+ENDPOINT = "actions"  # the workflow-action endpoint of policy_document()
 COMPLETE = "/automation/v4/actions/callbacks/*/complete"
 BLOCK = {"hs_execution_state": "BLOCK", "hs_expiration_duration": "PT2H"}
 SHORT_BLOCK = "44"  # must_complete with a three-second block
@@ -65,7 +66,7 @@ async def act(live: Live, callback_id: str, object_id: Any, action_id: int = 22)
 async def outcome(live: Live, stack: Stack, callback_id: str) -> ActionCallbackResult:
     await live.ingress.background.idle()  # the start after BLOCK has happened
     handle: WorkflowHandle[Any, ActionCallbackResult] = stack.client.get_workflow_handle(
-        action_workflow_id(callback_id), result_type=ActionCallbackResult
+        action_workflow_id(ENDPOINT, callback_id), result_type=ActionCallbackResult
     )
     return await handle.result()
 
@@ -115,7 +116,9 @@ async def test_processed_completes_success_once_after_a_5xx(live: Live, stack: S
     assert event is not None and event["status"] == "processed"
     assert await stack.pool.fetchval("SELECT count(*) FROM workflow_action_execution") == 1
     client = stack.client
-    await keep_history(client.get_workflow_handle(action_workflow_id(callback_id)), "action_5xx")
+    await keep_history(
+        client.get_workflow_handle(action_workflow_id(ENDPOINT, callback_id)), "action_5xx"
+    )
     await keep_history(client.get_workflow_handle(f"event/{row['event_id']}"), "action_event")
 
 
@@ -156,7 +159,9 @@ async def test_unauthorized_callback_is_terminal_and_needs_an_operator(
         401,
     )
     assert result.needs_operator
-    description = await stack.client.get_workflow_handle(action_workflow_id(callback_id)).describe()
+    description = await stack.client.get_workflow_handle(
+        action_workflow_id(ENDPOINT, callback_id)
+    ).describe()
     assert description.typed_search_attributes.get(NEEDS_OPERATOR) is True
     row = await execution_row(stack.pool, callback_id)
     assert row["callback_attempts"] == 1  # never retried

@@ -132,7 +132,7 @@ async def _restart(live: Live, stack: Stack, row: asyncpg.Record) -> tuple[Any, 
     handle = await stack.client.start_workflow(
         ACTION_CALLBACK_WORKFLOW,
         arg,
-        id=action_workflow_id(row["callback_id"]),
+        id=action_workflow_id(row["endpoint"], row["callback_id"]),
         task_queue=stack.task_queue,
         result_type=ActionCallbackResult,
     )
