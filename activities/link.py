@@ -52,6 +52,7 @@ from protocol.outcome import (
     RateLimited,
     RemoteRejected,
     RetrySameRequest,
+    body_hash,
     interpret_locator_lookup,
     interpret_post,
 )
@@ -449,7 +450,13 @@ class LinkActivities(PatchDispatch):
                 target,
                 token=sent.token,
                 last_error=message,
-                response={"status": obs.status, "remote_id": remote_id},
+                # P-23: what the answer was, like a 201's snapshot (POST-2).
+                response={
+                    "status": obs.status,
+                    "remote_id": remote_id,
+                    "body_hash": body_hash(obs.body),
+                    "etag": obs.headers.get("etag"),
+                },
             )
             view = await self._view(conn, key)
         if not moved:
