@@ -188,6 +188,17 @@ class LinkActivities(PatchDispatch):
         )
         return fail(E.GATE_FAILED, detail, await self._view(conn, key))
 
+    async def _resend_gate(self, key: str, plan: _Lookup) -> ApplicationError | None:
+        """C-5: the drift gate before the re-send that follows a locator lookup that found
+        nothing, under the link key's lock, for the attempt this lookup claimed. Another
+        claim owning the row now is left to the send's fence (it sends nothing)."""
+        async with self._tx(key) as conn:
+            await q.lock_link_key(conn, key)
+            attempt = await q.occupying_attempt(conn, key)
+            if attempt is None or attempt["claim_token"] != plan.token:
+                return None
+            return await self._drift_gate(conn, key, attempt)
+
     async def _park_planned(
         self, conn: Conn, key: str, attempt_id: str, decision: Decision
     ) -> ApplicationError:
@@ -485,6 +496,11 @@ class LinkActivities(PatchDispatch):
             case LocatorAbsent():
                 # No object carries our locator: every earlier try had no effect, and the
                 # remote's uniqueness on the locator refuses a duplicate of a late one.
+                # The re-send is a send like any other: the attempt-side drift check runs
+                # first (C-5). A found object (above) finalizes whatever drifted.
+                refusal = await self._resend_gate(key, plan)
+                if refusal is not None:
+                    raise refusal
                 resend = _Send(plan.attempt_id, plan.token, request, None)
                 return await self._send(key, resend)
             case Ambiguous(reason=reason):
