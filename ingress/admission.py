@@ -10,7 +10,7 @@ from typing import Final
 
 import asyncpg
 
-from db.bounded import bounded_transaction
+from db.bounded import bounded_transaction, server_refused
 from db.ingress_queries import (
     ActionExecutionRow,
     EventRow,
@@ -32,11 +32,12 @@ COMMIT_TIMEOUT_S: Final = 1.0
 
 
 def _unavailable(exc: Exception) -> Unavailable:
+    """`admission_failed` when the server answered and refused the admission; anything
+    else - no connection, a connection lost or ended by the server (shutdown, starting
+    up, terminated) - is the dependency being down: `database_unavailable` (I-05)."""
     # Only the exception type is logged: messages can carry payload fragments.
     warn.warning("admission failed: %s", type(exc).__name__)
-    if isinstance(exc, asyncpg.PostgresError) and not isinstance(
-        exc, asyncpg.exceptions.CannotConnectNowError
-    ):
+    if server_refused(exc):
         return Unavailable(DropReason.ADMISSION_FAILED)
     return Unavailable(DropReason.DATABASE_UNAVAILABLE)
 

@@ -394,3 +394,46 @@ async def test_i28_ack_drop_on_crm_drop_leaves_the_action_answers_unchanged(
     ]
     rows = await db_pool.fetch("SELECT callback_id FROM workflow_action_execution")
     assert sorted(r["callback_id"] for r in rows) == ["a-22", "b-22"]
+
+
+async def test_i05_postgres_shutting_down_mid_admission_counts_as_dependency_down(
+    postgres: EmbeddedPostgres,
+) -> None:
+    """I-05 / ING-2: Postgres shuts down while a crm-drop admission waits inside it (the
+    server ends the session with `admin_shutdown`): the answer is 204, counted under
+    `database_unavailable`, the dependency being down, not as an admission error."""
+    dsn = postgres.dsn("postgres")
+    await apply_migrations(dsn)
+    document = policy_document()
+    document["endpoints"][1]["deadline_ms"] = 20_000  # crm-drop: the shutdown comes first
+    admin = await asyncpg.connect(dsn)
+    try:
+        async with live_server(config_from(document), dsn) as live:
+            transaction = admin.transaction()
+            await transaction.start()
+            await admin.execute("LOCK TABLE connector_event IN ACCESS EXCLUSIVE MODE")
+            body, headers = _webhook(DROP, 1)
+            request = asyncio.create_task(live.client.post(DROP, content=body, headers=headers))
+
+            async def admission_waits() -> bool:
+                # Not on `admin`: a transaction sees one snapshot of pg_stat_activity.
+                probe = await asyncpg.connect(dsn)
+                try:
+                    waiting: int = await probe.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                finally:
+                    await probe.close()
+                return waiting == 1
+
+            await wait_until(admission_waits, what="the admission waits on the lock")
+            await asyncio.to_thread(postgres.stop)
+            response = await request
+            metrics = (await live.client.get("/metrics")).text
+    finally:
+        admin.terminate()
+    assert (response.status_code, response.headers.get("retry-after")) == (204, None)
+    assert _drop_series(metrics) == {("crm-drop", DropReason.DATABASE_UNAVAILABLE.value): 1}, (
+        metrics
+    )
