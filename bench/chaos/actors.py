@@ -147,7 +147,10 @@ _Action = tuple[tuple[str, str], list[str]]
 class Operator:
     """Repairs parked creates as a careful person would, with the ledger as the truth:
     reconcile an ambiguous attempt with the object its own request created, and
-    supersede a terminal_failed attempt (the only state supersede allows)."""
+    supersede a terminal_failed attempt. It also tries `supersede` once on every
+    ambiguous attempt it finds, as a hasty person would: C-1 refuses it (the checker
+    flags an accepted one as `supersede_after_effect`; `supersede_probe_accepted`
+    counts them here)."""
 
     stack: ChaosStack
     stats: Counter[str] = field(default_factory=Counter)
@@ -193,6 +196,10 @@ class Operator:
         if marker in self._tried:
             return None
         if status == "ambiguous_remote_effect":
+            probe = (str(attempt["attempt_id"]), "supersede_probe")
+            if probe not in self._tried:
+                self._tried.add(probe)
+                return probe, ["supersede", key]
             created = {e.object_id for e in ev.creates_of.get(str(attempt["attempt_id"]), [])}
             if len(created) != 1:
                 return None  # nothing landed (stays parked) or already a duplicate
@@ -209,6 +216,12 @@ class Operator:
     async def _run(self, marker: tuple[str, str], args: list[str]) -> None:
         who = ["--operator", OPERATOR, "--reason", "chaos campaign repair", "--json"]
         code, _, err = await run_cli(self.stack, *args, *who)
+        if marker[1] == "supersede_probe":
+            # Expected refused (C-1); never retried, whatever the CLI said.
+            self.stats["supersede_probe_" + ("accepted" if code == 0 else "refused")] += 1
+            if code == 0:
+                self.last_failures.append(f"supersede accepted on ambiguous {args[1]}")
+            return
         outcome = "ok" if code == 0 else "refused" if "refused" in err else "error"
         self.stats[f"{args[0]}_{outcome}"] += 1
         if outcome != "ok":

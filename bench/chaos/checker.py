@@ -4,8 +4,9 @@ Checks (issue 10 deliverable 8, SPEC §0, NF-4, JRN-2, POST-4):
 1. at most one remote object created per link key over the whole run, supersedes included;
 2. every accepted save ends finalized, or parked and listed by
    `NeedsOperator = true AND ExecutionStatus = "Running"`; every rejection names a reason;
-3. no effect-possible attempt or PATCH ends terminal_failed/failed without a definite
-   (non-retryable 4xx) response, and evidence of a send is never cleared;
+3. no effect-possible attempt or PATCH ends terminal_failed/failed, whatever a later try
+   answered, and none is superseded (SPEC §15 C-1, C-2: a definite 4xx after a try that
+   may have landed proves nothing); evidence of a send is never cleared;
 4. every finalized link's object exists, was created for that link, and is mirrored;
 5. no link is suspended remote_conflict unless someone else wrote to its object.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from bench.chaos.evidence import Evidence, definite
+from bench.chaos.evidence import Evidence
 from protocol.identity import link_workflow_id
 
 # Each violation kind, the rule it breaks.
@@ -31,8 +32,9 @@ RULES = {
     "accepted_save_lost": "WF-2: an accepted save's admission stands",
     "rejected_without_reason": "NF-2: a rejection names its reason",
     "send_evidence_cleared": "JRN-2: once a try may have left, remote_io_started_at stays set",
-    "effect_possible_terminal": "JRN-2, REC-4, POST-4: effect possible ends ambiguous, "
-    "or failed only with a definite 4xx",
+    "effect_possible_terminal": "C-1, C-2, JRN-2, REC-4: effect possible ends ambiguous, "
+    "never terminal_failed or failed, whatever a later try answered",
+    "supersede_after_effect": "C-1: supersede is refused for an attempt that may have landed",
     "finalized_object_missing": "POST-2: a finalized link's remote object exists",
     "finalized_on_foreign_object": "POST-2: a link's remote id is an object its attempts created",
     "mirror_mismatch": "POST-2: the record's mirror holds the link's remote id",
@@ -215,13 +217,18 @@ def _attempt_evidence(ev: Evidence) -> Iterable[dict[str, object]]:
             )
         # Effect possible: the ledger holds its create, or a journalled try may have landed
         # (a checkpoint stays set after tries that provably never left, JRN-2).
+        # A definite rejection of a later try does not undo an earlier one (C-1).
         possible = a["journal_possible"] or bool(landed)
-        failed = a["status"] in ("terminal_failed", "superseded")
-        if possible and failed and not definite(a["response_snapshot"]):
+        if possible and a["status"] in ("terminal_failed", "superseded"):
+            kind = (
+                "supersede_after_effect"
+                if a["status"] == "superseded"
+                else ("effect_possible_terminal")
+            )
             yield violation(
-                "effect_possible_terminal",
+                kind,
                 key,
-                f"attempt #{ordinal} {a['status']} without a definite rejection "
+                f"attempt #{ordinal} {a['status']} after a try that may have landed "
                 f"(response {a['response_snapshot']}, last_error {a['last_error']!r}); "
                 f"ledger creates: {[e.object_id for e in landed]}",
             )
@@ -237,12 +244,16 @@ def _patch_evidence(ev: Evidence) -> Iterable[dict[str, object]]:
                 f"PATCH {p['patch_id']} ({p['status']}) has remote_io_started_at NULL although "
                 f"the ledger holds it (seq {landed[0].seq})",
             )
-        possible = p["journal_possible"] or bool(landed)
-        if possible and p["status"] == "failed" and not definite(p["response_snapshot"]):
+        # The ledger also records PATCHes the remote refused (a 412): only applied ones
+        # are an effect. A PATCH that may have landed is never sent again (C-2), so it
+        # never ends failed, whatever a later answer said.
+        applied = [e for e in landed if 200 <= e.status < 300]
+        possible = p["journal_possible"] or bool(applied)
+        if possible and p["status"] == "failed":
             yield violation(
                 "effect_possible_terminal",
                 p["link_key"],
-                f"PATCH {p['patch_id']} failed without a definite response "
+                f"PATCH {p['patch_id']} failed after a try that may have landed "
                 f"(response {p['response_snapshot']}, last_error {p['last_error']!r})",
             )
 

@@ -21,9 +21,6 @@ import asyncpg
 from protocol.request import wire_body
 from sandbox.state import LedgerEntry
 
-# 4xx answers that do not prove the request was refused (SPEC POST-4).
-RETRYABLE_4XX = frozenset({408, 409, 425, 429})
-
 ATTEMPTS_SQL = """
 SELECT attempt_id::text AS attempt_id, link_key, status, attempt_ordinal, dispatch_lane,
        remote_io_started_at IS NOT NULL AS started, request_idempotency_key,
@@ -50,13 +47,6 @@ SELECT patch_id::text AS patch_id, link_key, status, remote_io_started_at IS NOT
 FROM connector_patch_dispatch p ORDER BY created_at, patch_id
 """
 RECORDS_SQL = "SELECT source_object, record_id, fields FROM crm_record"
-
-
-def definite(response: Any) -> bool:
-    """A response snapshot that proves the remote refused the request (4xx, not retryable)."""
-    snapshot = json.loads(response) if isinstance(response, str) else response
-    status = snapshot.get("status") if isinstance(snapshot, dict) else None
-    return isinstance(status, int) and 400 <= status < 500 and status not in RETRYABLE_4XX
 
 
 def _ledger_time(at: str) -> datetime:

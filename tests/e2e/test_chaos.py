@@ -135,11 +135,30 @@ def test_checker_catches_cleared_evidence_and_the_duplicate_after_supersede() ->
         _attempt(2, "finalized", started=True),
     ]
     kinds = sorted(str(v["kind"]) for v in _verdict(ledger, attempts, set()))
-    assert kinds == ["duplicate_create", "effect_possible_terminal", "send_evidence_cleared"]
+    assert kinds == ["duplicate_create", "send_evidence_cleared", "supersede_after_effect"]
 
 
-def test_checker_accepts_a_definite_rejection_but_not_an_unlisted_park() -> None:
-    rejected = _attempt(1, "superseded", started=True, response={"status": 400})
+def test_checker_flags_a_definite_rejection_after_a_possible_effect() -> None:
+    """P-77, SPEC §15 C-1: a 422 answering the same-key re-send does not undo try 1, which
+    may have landed: terminal_failed or a supersede of that attempt is a violation, even
+    though the last answer was a definite 4xx (the checker accepted it before C-1)."""
+    ledger = [_create(1, "7", "key-2")]
+    parked = _attempt(2, "ambiguous_remote_effect", started=True)
+    for status, kind in (
+        ("terminal_failed", "effect_possible_terminal"),
+        ("superseded", "supersede_after_effect"),
+    ):
+        rejected = _attempt(1, status, started=True, response={"status": 422})
+        found = _verdict(ledger, [rejected, parked], {link_workflow_id(KEY)})
+        assert [v["kind"] for v in found] == [kind]
+
+
+def test_checker_accepts_a_definite_rejection_of_the_only_try_but_not_an_unlisted_park() -> None:
+    # The journal proves no try of attempt #1 landed (its only try was refused with 400).
+    rejected = {
+        **_attempt(1, "superseded", started=True, response={"status": 400}),
+        "journal_possible": False,
+    }
     parked = _attempt(2, "ambiguous_remote_effect", started=True)
     ledger = [_create(1, "7", "key-2")]
     unlisted = _verdict(ledger, [rejected, parked], set())

@@ -233,12 +233,14 @@ async def _settled(stack: Stack, key: str, count: int) -> list[asyncpg.Record]:
     return await eventually(lambda: _patches(stack, key), done, timeout_s=60)
 
 
-async def test_a_landed_patch_resent_with_a_stale_etag_is_applied_after_read_back(
+async def test_a_landed_patch_whose_answer_is_lost_is_proved_applied_by_read_back(
     stack: Stack, remote: BackgroundSandbox
 ) -> None:
-    """patchReplaySafe + If-Match + readback. The PATCH lands, its answer is lost; the
-    re-send carries the ETag from before and gets 412. The read-back shows our values:
-    applied, new ETag stored, no suspension; the next save PATCHes cleanly."""
+    """P-50, SPEC §15 C-2: patchReplaySafe + If-Match + readback. The PATCH lands, its
+    answer is lost. Before, it was re-sent (with the stale ETag, answered 412, then read
+    back). Now it is never sent again: a GET reads the object back, finds our values:
+    applied, new ETag stored, no suspension, one PATCH in the ledger; the next save
+    PATCHes cleanly."""
     link = await _finalized_deal(stack)
     key = link["link_key"]
     await stack.sandbox.add_fault(
@@ -254,7 +256,8 @@ async def test_a_landed_patch_resent_with_a_stale_etag_is_applied_after_read_bac
     assert current["remote_etag"] == read.headers["etag"] != link["remote_etag"]
     async with stack.pool.acquire() as conn:
         tries = await jq.patch_journal(conn, patch["patch_id"])
-    assert [(r["outcome"], r["status"]) for r in tries] == [("no_answer", None), ("answered", 412)]
+    assert [(r["outcome"], r["status"]) for r in tries] == [("no_answer", None)]
+    assert len(await stack.sandbox.ledger(object_type="deals", kind="patch")) == 1
 
     await _save_deal_amount(stack, "200")
     rows = await _settled(stack, key, 2)
@@ -266,9 +269,12 @@ async def test_a_landed_patch_resent_with_a_stale_etag_is_applied_after_read_bac
 async def test_a_real_out_of_band_change_still_suspends_and_revalidate_refreshes_the_etag(
     stack: Stack, remote: BackgroundSandbox
 ) -> None:
-    """The same lost answer, but someone changed the object before our re-send: the
-    read-back differs, so the link is suspended `remote_conflict`. `revalidate` then
-    reads the ETag back and the next save PATCHes without another 412."""
+    """The same lost answer, but someone changed the object before our read-back: it
+    differs, so the PATCH ends ambiguous (never re-sent, C-2) and the link stays
+    finalized. The next save's PATCH carries the stale ETag, gets 412, and the read-back
+    shows neither its body nor the ambiguous one: the link is suspended
+    `remote_conflict`. `revalidate` then reads the ETag back and the next save PATCHes
+    without another 412."""
     link = await _finalized_deal(stack)
     key = link["link_key"]
     await stack.sandbox.add_fault(
@@ -283,6 +289,11 @@ async def test_a_real_out_of_band_change_still_suspends_and_revalidate_refreshes
             f"/crm/v3/objects/deals/{link['remote_id']}",
             json={"properties": {"amount": "999"}},
         )
+    [first] = await _settled(stack, key, 1)
+    assert first["status"] == "ambiguous_remote_effect"
+    assert "read-back differs" in first["last_error"]
+    assert len(await stack.sandbox.ledger(object_type="deals", kind="patch")) == 2  # ours + theirs
+    await _save_deal_amount(stack, "150")
     suspended = await eventually(
         lambda: stack.link(key), lambda r: r is not None and r["status"] == "suspended_drift", 60
     )
@@ -299,8 +310,8 @@ async def test_a_real_out_of_band_change_still_suspends_and_revalidate_refreshes
     refreshed = await stack.link(key)
     assert refreshed is not None and refreshed["remote_etag"] == read.headers["etag"]
     await _save_deal_amount(stack, "300")
-    rows = await _settled(stack, key, 2)
-    assert rows[-1]["status"] == "succeeded"
+    rows = await _settled(stack, key, 3)
+    assert [r["status"] for r in rows] == ["ambiguous_remote_effect", "failed", "succeeded"]
 
 
 async def test_revalidate_is_refused_for_a_deleted_remote_object(stack: Stack) -> None:
@@ -411,10 +422,11 @@ async def test_the_crm_entry_starts_the_workflow_already_paced(stack: Stack) -> 
 async def test_a_412_caused_by_our_own_earlier_ambiguous_patch_is_not_a_conflict(
     stack: Stack, remote: BackgroundSandbox
 ) -> None:
-    """Found by `make chaos`: a PATCH that may have landed ends ambiguous (not replay-safe
-    here), so the stored ETag is stale; the next save's PATCH gets 412. The read-back
-    shows the earlier PATCH's values: the tag moved because of us, so it is stored and
-    the new PATCH is sent again (200), instead of suspending `remote_conflict`."""
+    """Found by `make chaos`: a PATCH that may have landed ends ambiguous (its read-back
+    was inconclusive: the GET answered 503), so the stored ETag is stale; the next save's
+    PATCH gets 412. The read-back shows the earlier PATCH's values: the tag moved because
+    of us, so it is stored and the new PATCH is sent again (200; its 412 proved it had no
+    effect), instead of suspending `remote_conflict`."""
     document = demo_manifest(remote.url)
     for profile in document["profiles"]:  # type: ignore[union-attr]
         if profile["name"] == "sandbox-locator":
@@ -426,9 +438,13 @@ async def test_a_412_caused_by_our_own_earlier_ambiguous_patch_is_not_a_conflict
     await stack.sandbox.add_fault(
         FaultRuleSpec(method="PATCH", path=DEALS, action="hang_after_effect", nth=1)
     )
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(method="GET", path=DEALS, action="status", status=503, nth=1)
+    )
     await _save_deal_amount(stack, "100")
     [first] = await _settled(stack, key, 1)
     assert first["status"] == "ambiguous_remote_effect"
+    assert "read-back inconclusive" in first["last_error"]
     await _save_deal_amount(stack, "200")
     rows = await _settled(stack, key, 2)
     assert [r["status"] for r in rows] == ["ambiguous_remote_effect", "succeeded"]

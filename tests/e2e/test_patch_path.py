@@ -346,7 +346,11 @@ async def test_ambiguous_patch_without_replay_safety_is_not_resent(stack: Stack)
     assert link is not None and link["status"] == "finalized"
 
 
-async def test_ambiguous_patch_with_replay_safety_is_resent_once(stack: Stack) -> None:
+async def test_ambiguous_patch_with_replay_safety_is_never_resent(stack: Stack) -> None:
+    """P-50, SPEC §15 C-2 (overrides the replay-safe PATCH exception of PAT): the contacts'
+    profile declares patchReplaySafe (no read-back). The PATCH lands and its answer is
+    lost: it is never sent again, ends ambiguous_remote_effect, one PATCH in the ledger;
+    a later save's PATCH is a new row and proceeds."""
     link = await finalized_contact(stack)
     await stack.sandbox.add_fault(
         FaultRuleSpec(
@@ -355,7 +359,15 @@ async def test_ambiguous_patch_with_replay_safety_is_resent_once(stack: Stack) -
     )
     await stack.push("c-001")
     rows = await settled(stack, link["link_key"])
-    assert [r["status"] for r in rows] == ["succeeded"]
+    assert [r["status"] for r in rows] == ["ambiguous_remote_effect"]
+    assert len(await patches(stack)) == 1
+    current = await stack.link(link["link_key"])
+    assert current is not None and current["status"] == "finalized"
+    await stack.push("c-001")
+    await eventually(
+        lambda: patch_rows(stack, link["link_key"]),
+        lambda rs: [r["status"] for r in rs] == ["ambiguous_remote_effect", "succeeded"],
+    )
     assert len(await patches(stack)) == 2
 
 
