@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
@@ -23,6 +24,7 @@ class HoldingProxy:
         self._hold = hold
         self.holding = False  # switched on by the test once the pool is warm
         self.held = 0  # client messages swallowed
+        self.held_at: float | None = None  # time.monotonic() of the first one
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: list[asyncio.StreamWriter] = []
 
@@ -33,6 +35,8 @@ class HoldingProxy:
             while chunk := await reader.read(65536):
                 if from_client and self.holding and self._hold in chunk:
                     self.held += 1
+                    if self.held_at is None:
+                        self.held_at = time.monotonic()
                     await asyncio.Event().wait()  # this connection never speaks again
                 writer.write(chunk)
                 await writer.drain()

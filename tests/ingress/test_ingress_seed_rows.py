@@ -111,18 +111,18 @@ async def test_i12_c10_a_connection_whose_reset_hangs_frees_its_slot_within_200_
             proxy.holding = True
             async with bounded_transaction(pool) as conn:
                 await conn.fetchval("SELECT 1")
-                started = time.monotonic()
-            freed_after = time.monotonic() - started
+            freed = time.monotonic()
             proxy.holding = False
             async with asyncio.timeout(5):
                 async with pool.acquire() as again:
                     assert await again.fetchval("SELECT 2") == 2
         finally:
             pool.terminate()
-    assert proxy.held == 1, "the reset was not held: the test did not exercise a hung reset"
-    print(f"slot freed {freed_after * 1000:.0f} ms after the commit began")
-    # The commit's own round trip plus the ceiling; the old 1 s ceiling is far outside.
-    assert freed_after < CLEANUP_CEILING_S + 0.25
+    assert proxy.held == 1 and proxy.held_at is not None, "no reset was held"
+    freed_after = freed - proxy.held_at
+    print(f"slot freed {freed_after * 1000:.0f} ms after the reset was sent")
+    # The ceiling plus what a loaded machine adds; the old 1 s ceiling is far outside.
+    assert CLEANUP_CEILING_S - 0.05 <= freed_after < CLEANUP_CEILING_S + 0.3
 
 
 async def test_i12_c10_a_hung_reset_after_commit_still_answers_in_time(
