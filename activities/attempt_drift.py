@@ -1,9 +1,13 @@
 """Attempt-side drift before every POST (GATE-2; seed drift matrix, "Active create attempt").
 
 Under its claim, before the checkpoint, a create re-classifies the attempt's frozen
-snapshot against the live pack. The active install id comes with the attempt row
-(`db.links.occupying_attempt`) and the install's parsed manifest from the process
-cache, so the common path costs no statement and no transaction of its own.
+snapshot against the live pack: before the first try, every retry, and the re-send
+after a locator lookup that found nothing (SPEC C-5). A try whose remote id is durable
+(writeback_pending, or a locator lookup that found the object) is never gated.
+
+The active install id comes with the attempt row (`db.links.occupying_attempt`) and
+the install's parsed manifest from the process cache, so the common path costs no
+statement and no transaction of its own.
 """
 
 from __future__ import annotations
