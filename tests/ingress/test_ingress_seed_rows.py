@@ -21,6 +21,7 @@ from cli.stack.postgres import EmbeddedPostgres
 from db.bounded import RELEASE_TIMEOUT_S, bounded_transaction
 from db.migrate import apply_migrations
 from ingress import app as ingress_app
+from ingress import gate
 from ingress.errors import DropReason
 from ingress.metrics import DropCounter
 from protocol.ingress_policy import WebhookEndpoint, WorkflowActionEndpoint
@@ -267,7 +268,7 @@ async def test_i09_a_slow_verification_is_503_or_204_within_the_deadline(
     """I-09 / ING-4: verification (a stub standing in for a slow secret source or verifier)
     takes far longer than the deadline; the deadline covers it: 503 on crm, 204 on crm-drop,
     in time, nothing stored."""
-    real = ingress_app.read_verified_body
+    real = gate.read_verified_body  # what ingress.app imported and calls
     stalled = asyncio.Event()
 
     async def slow_verification(*args: Any) -> bytes:
