@@ -237,7 +237,10 @@ def register(app: typer.Typer) -> None:
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
-        """terminal_failed -> superseded, reserving the next attempt unless --no-reserve."""
+        """terminal_failed -> superseded, reserving the next attempt unless --no-reserve.
+
+        Refused (exit 1) for an attempt any try of which may have landed (SPEC §15 C-1):
+        a new attempt could create a second object; find it and run `reconcile`."""
         request = _request(
             SupersedeInput, operator=operator, reason=reason, reserve_next=not no_reserve
         )

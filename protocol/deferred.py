@@ -5,6 +5,11 @@ reserved with its full, position-aligned association source-id vector. Under
 its claim, the worker resolves each pending contract's target link *from that
 frozen vector* (never from a later lookup value), and freezes the
 association-complete body before the first POST.
+
+Once its checkpoint is set and a try may have landed, a deferred create is never
+replayed, even under a replay-safe profile (SPEC §15 C-3): the one decision is
+`protocol.recovery.next_step` (`RecoveryInput.deferred`), which parks it
+`ambiguous_remote_effect`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""Read-back for preconditions (SPEC PROF-2).
+"""Read-back (SPEC PROF-2, §15 C-2).
 
-A re-sent PATCH whose earlier try may have landed can meet its own effect: the
-entity tag moved, so the remote answers 412. Reading the object back tells
-the two cases apart: if the object holds every value the frozen body sent, the
-PATCH was applied (by us); anything else is a real out-of-band change.
+A PATCH whose try may have landed is never sent again (C-2); a profile that
+declares a read-back may prove it applied with a GET: if the object holds every
+value the frozen body sent, the PATCH was applied (by us); anything else leaves
+it ambiguous. A later PATCH answered 412 reads the object back the same way to
+tell our own earlier effect (the entity tag moved because of us) from a real
+out-of-band change.
 """
 
 from __future__ import annotations
