@@ -17,6 +17,7 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from activities.packs import apply_pack
 from activities.rows import jsonb, request_of
+from activities.wake import wake_link
 from db import journal as jq
 from protocol.admission import (
     CreateReserved,
@@ -32,6 +33,8 @@ from tests.e2e.rig import Rig, SteerableHooks
 from tests.e2e.support import eventually
 from tests.e2e.test_create_faults import rig  # noqa: F401 (a fixture)
 from tests.e2e.test_operator import WHO, _cli, cli_env  # noqa: F401 (cli_env: a fixture)
+from tests.e2e.test_seed_rows import _abandoned_patch, _finalized, _save
+from tests.e2e.test_seed_rows import _patches as _seed_patches
 from workflows.link import LinkWorkflow
 
 CONTACTS = "/crm/v3/objects/contacts"
@@ -201,6 +204,28 @@ async def test_a_patch_lost_with_its_worker_is_proved_by_read_back_not_resent(
     assert len(await stack.sandbox.ledger(object_type="deals", kind="patch")) == 1
     after = await stack.link(key)
     assert after is not None and after["remote_etag"] != before["remote_etag"]
+
+
+async def test_a_checkpointed_patch_on_a_replay_safe_profile_is_never_resent(
+    stack: Stack,
+) -> None:
+    """P-50, SPEC §15 C-2 (overrides PAT's replay-safe exception). The contacts' profile
+    declares patchReplaySafe and no read-back. A worker dies right after a PATCH's
+    checkpoint (it may have left). Before, the restarted workflow re-sent it (one PATCH
+    in the ledger, `succeeded`). Now it parks ambiguous_remote_effect, nothing sent."""
+    key = await _finalized(stack, "c-001")
+    await stack.pool.execute(
+        'UPDATE crm_record SET fields = fields || \'{"FirstName": "Augusta"}\'::jsonb '
+        "WHERE source_object = 'Contact' AND record_id = 'c-001'"
+    )
+    await _abandoned_patch(stack, key, _save("c-001"), checkpoint=True)
+    await wake_link(stack.client, stack.task_queue, key, None)
+    rows = await eventually(
+        lambda: _seed_patches(stack, key),
+        lambda rs: [r["status"] for r in rs] == ["ambiguous_remote_effect"],
+    )
+    assert rows[0]["remote_io_started_at"] is not None
+    assert await stack.sandbox.ledger(object_type="contacts", kind="patch") == []
 
 
 # -- P-23: what each answer left in the attempt and the journal --------------------------
