@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from protocol.manifest import Profile
+from protocol.messages import LinkView
+from protocol.operator import OperatorAction, check_operator_action
 from protocol.readback import readback_matches
 from protocol.recovery import (
     JournalEntry,
@@ -22,6 +24,7 @@ from protocol.recovery import (
 )
 from protocol.remote_ids import RemoteIdError, check_remote_id, is_canonical
 from protocol.snapshots import ProfileSnapshot, profile_payload_hash
+from protocol.states import AttemptStatus, ProtocolError
 from tests.unit.factories import demo_manifest
 
 MANIFEST = demo_manifest()
@@ -260,3 +263,17 @@ def test_an_upgrade_alone_does_not_move_the_profile_payload_hash() -> None:
     declared = Profile.model_validate({**document, "notAppliedStatuses": [429]})
     assert profile_payload_hash(declared) != profile_payload_hash(bare)
     assert profile_payload_hash(bare) == before
+
+
+def test_supersede_is_refused_after_a_try_that_may_have_landed() -> None:
+    """SPEC §15 C-1 (P-77): the UI validator and the operator activity both ask
+    `check_operator_action`; the refusal says why and names reconcile."""
+    landed = LinkView(
+        link_key="k",
+        attempt_status=AttemptStatus.TERMINAL_FAILED,
+        attempt_tries_may_have_landed=1,
+    )
+    with pytest.raises(ProtocolError, match=r"may have landed.*reconcile"):
+        check_operator_action(OperatorAction.SUPERSEDE, landed)
+    proven = landed.model_copy(update={"attempt_tries_may_have_landed": 0})
+    check_operator_action(OperatorAction.SUPERSEDE, proven)
