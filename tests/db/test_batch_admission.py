@@ -26,6 +26,7 @@ from activities.backfill import apply_backfill
 from activities.packs import apply_pack, get_active_pack
 from activities.record_loader import load_records, parse_records_document
 from activities.record_store import PostgresRecordStore
+from activities.revalidation import OwnerOutcome, OwnerRequest, revalidate_owner
 from activities.rows import attempt_summary, link_snapshot
 from activities.save_entry import admit_batch
 from db import links as links_q
@@ -44,6 +45,7 @@ from protocol.admission import (
 )
 from protocol.gates import association_lookups
 from protocol.identity import link_key
+from protocol.revalidation import Approval
 from protocol.states import AttemptStatus, LinkStatus
 
 DEMO_PACK = Path(__file__).resolve().parents[2] / "examples" / "demo-pack.yaml"
@@ -143,6 +145,16 @@ async def seed(conn: Conn) -> None:
         await links_q.lock_link_key(conn, old.key)
         await admit_locked(conn, old.key, old.save, "idem-old", "cp-idem-old", NOW)
     await apply_pack(conn, pack(rebind=True))
+    await revalidate_owner_links(conn)
+
+
+async def revalidate_owner_links(conn: Conn) -> None:
+    """C-4: each apply is a new install, and the adopted link fails closed until the owner
+    is revalidated (`connector-push revalidate owner`)."""
+    approval = Approval(approved_by="op", approval_reference="CHG", reason="same mapping")
+    request = OwnerRequest(connector_owner_key=OWNER, approval=approval)
+    result = await revalidate_owner(conn, request, now=NOW)
+    assert result.outcome is OwnerOutcome.APPLIED, result
 
 
 # -- the two paths --------------------------------------------------------------------
