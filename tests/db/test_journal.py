@@ -260,6 +260,41 @@ async def test_supersede_after_a_definite_rejection_of_the_only_try(
             )
 
 
+async def test_a_patch_rejected_after_a_try_that_may_have_landed_cannot_end_failed(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """SPEC §15 C-2, migration 0100: 0010 let a PATCH end failed when its last try was
+    definitely rejected. A PATCH that may have landed is never re-sent (C-2), so a later
+    refusal can only follow a forbidden re-send and proves nothing about the first try:
+    failed is refused; ambiguous is the way to park it."""
+    async with db_pool.acquire() as conn:
+        link_key = await insert_link(conn, await insert_pack_install(conn))
+        patch_id = await insert_patch(conn, link_key=link_key)
+        token = uuid.uuid4()
+        await conn.execute(
+            "UPDATE connector_patch_dispatch SET status = 'processing', claim_token = $2 "
+            "WHERE patch_id = $1",
+            patch_id,
+            token,
+        )
+        first = await jq.checkpoint_patch(conn, patch_id, token)
+        assert first is not None
+        assert await jq.record_outcome(conn, first, "no_answer", None, None, None)
+        claimed, second = await jq.claim_patch_for_send(conn, patch_id, token, checkpoint=True)
+        assert claimed and second is not None
+        assert await jq.record_outcome(conn, second, "answered", 400, None, None)
+        await _refused(
+            conn,
+            "UPDATE connector_patch_dispatch SET status = 'failed' WHERE patch_id = $1",
+            patch_id,
+        )
+        await conn.execute(
+            "UPDATE connector_patch_dispatch SET status = 'ambiguous_remote_effect' "
+            "WHERE patch_id = $1",
+            patch_id,
+        )
+
+
 async def test_an_effect_possible_patch_cannot_end_failed(db_pool: asyncpg.Pool) -> None:
     async with db_pool.acquire() as conn:
         link_key = await insert_link(conn, await insert_pack_install(conn))
