@@ -17,11 +17,13 @@ from typer.testing import CliRunner, Result
 from cli.main import app
 from protocol.admission import CreateReserved, PatchQueued, Rejected
 from protocol.errors import RejectReason
+from protocol.messages import RevalidateInput
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import OWNER, Stack, contact_key, demo_manifest
 from tests.e2e.support import eventually
 from tests.e2e.test_patch_path import (
     Doc,
+    apply_edit,
     contact_slot,
     finalized_contact,
     patches,
@@ -29,6 +31,7 @@ from tests.e2e.test_patch_path import (
     settled,
     suspended,
 )
+from workflows.link import LinkWorkflow
 
 
 async def cli(*args: str) -> Result:
@@ -123,6 +126,12 @@ async def test_a_new_install_fails_closed_until_one_command_revalidates_the_owne
         *[("revalidate-apply", key) for key in applied_keys],
     ]
 
+    again = await cli("revalidate", "owner", "--owner-key", OWNER, "--approved-by", "ops-lead",
+                      "--approval-reference", "CHG-30", "--reason", "again",
+                      "--database-url", db_dsn)  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert "nothing waits" in again.stdout
+
     for record_id, link in (("c-001", first), ("c-002", second)):
         assert isinstance(await stack.push(record_id), PatchQueued)
         rows = await settled(stack, link["link_key"])
@@ -167,13 +176,13 @@ async def test_a_changed_create_path_blocks_new_creates_until_validated(
     Fails on the old main: the create path row was benign and the save reserved a create."""
     await finalized_contact(stack, "c-001")
     applied = await cli("pack", "apply", str(manifest_file(tmp_path, remote, create_path)),
-                        "--database-url", db_dsn, "--json")  # fmt: skip
+                        "--database-url", db_dsn)  # fmt: skip
     assert applied.exit_code == 0, applied.output
-    result = json.loads(applied.stdout)
-    assert result["create_paths_awaiting_validation"] == ["push-contact"]
-    assert result["validate_create_path_command"].startswith(
-        f"connector-push revalidate create-path --owner-key {OWNER}"
-    )
+    # The person's form names both ways out: one link waits (C-4), one slot is blocked.
+    assert "waiting: 1 link(s) wait for revalidation" in applied.stdout
+    assert f"connector-push revalidate owner --owner-key {OWNER}" in applied.stdout
+    assert "blocked: the create path of action slot(s) push-contact changed" in applied.stdout
+    assert f"connector-push revalidate create-path --owner-key {OWNER}" in applied.stdout
 
     decision = await stack.push("c-003")
     assert isinstance(decision, Rejected), decision
@@ -199,3 +208,27 @@ async def test_a_changed_create_path_blocks_new_creates_until_validated(
     await eventually(
         lambda: stack.attempt(contact_key("c-003")), lambda r: r["status"] == "finalized"
     )
+
+
+async def test_revalidate_link_clears_the_install_change_suspension(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """P-10 (000:106-109): `revalidate-link` of one link suspended by a new install moves it
+    onto the active install; its next save PATCHes (no owner-wide command needed)."""
+    link = await finalized_contact(stack, "c-001")
+    await apply_edit(stack.pool, remote, retry_policy)
+    assert isinstance(await stack.push("c-001"), Rejected)
+    row = await suspended(stack, link["link_key"])
+    assert row is not None and row["suspend_reason"] == "drift:pack_upgraded"
+    handle = stack.handle(link["link_key"])
+    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.needs_operator)
+    result = await handle.execute_update(
+        LinkWorkflow.revalidate, RevalidateInput(operator="op", reason="new install checked")
+    )
+    assert result.view.link_status == "finalized"
+    active = await stack.pool.fetchval("SELECT pack_install_id FROM pack_install WHERE active")
+    row = await stack.link(link["link_key"])
+    assert row is not None and row["last_validated_pack_install_id"] == active
+    assert isinstance(await stack.push("c-001"), PatchQueued)
+    assert [r["status"] for r in await settled(stack, link["link_key"])] == ["succeeded"]
+    assert len(await patches(stack)) == 1
