@@ -442,16 +442,20 @@ class OwnerResult(BaseModel):
     outcome: OwnerOutcome
     connector_owner_key: str
     pack_install_id: str
-    # Links moved from suspended_drift (install change only) back to finalized.
+    # Links moved from suspended_drift (install change only) back to finalized: how many,
+    # and the first few keys.
+    restored_count: int = 0
     restored: tuple[str, ...] = ()
     # Finalized links whose action slot the install does not have: not revalidated here.
+    skipped_count: int = 0
     skipped: tuple[str, ...] = ()
     mapping_moves: int = 0
-    result: RevalidationResult | None = None
-
-    @property
-    def moved(self) -> int:
-        return len(self.result.receipts) if self.result is not None else 0
+    # Links moved onto the install, each with a receipt, by the operations applied (one
+    # per OWNER_CHUNK links, so any count fits Postgres's default lock table).
+    moved: int = 0
+    operations: tuple[str, ...] = ()
+    # The rejected operation's conflicts (the operations before it stay applied).
+    rejected: RevalidationResult | None = None
 
 
 class _OwnerPlan(NamedTuple):
@@ -495,49 +499,115 @@ def owner_operation_id(install_id: str, now: datetime) -> str:
     return f"revalidate-owner-{install_id[:8]}-{now:%Y%m%dT%H%M%S%f}"
 
 
+# Members per operation of `revalidate owner`: two advisory locks each until commit, well
+# inside Postgres's default lock table (64 x 100 slots, see `LockTableTooSmall`).
+OWNER_CHUNK = 2000
+EXAMPLES = 5
+
+
+class _Keys:
+    """A count and the first few keys (bounded memory at any count)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.examples: list[str] = []
+
+    def add(self, keys: Sequence[str]) -> None:
+        self.count += len(keys)
+        self.examples.extend(keys[: max(0, EXAMPLES - len(self.examples))])
+
+
 async def revalidate_owner(
     conn: Conn, request: OwnerRequest, on_step: OnStep = _ignore, *, now: datetime
 ) -> OwnerResult:
     """C-4's way out: every link of the owner validated against its active install.
 
-    1. Read-only: the links waiting (finalized under another install, or suspended for an
-       install change and nothing else) and what moving them would move; a mapping move
-       is refused unless asked for (nothing written).
-    2. One transaction: the install-only suspensions back to `finalized`, link locks in
-       link-key order, one audit entry each (their old install still fails closed until 3).
-    3. The §9 manifest for every finalized link that moves, validated, then applied in one
-       transaction with its receipts (or nothing, rejected with the conflicts).
+    1. Read-only, page by page: what moving the waiting links (finalized under another
+       install, or suspended for an install change and nothing else) would move; a
+       mapping move is refused unless asked for (nothing written).
+    2. The install-only suspensions back to `finalized`, a page per transaction, link
+       locks in link-key order, one audit entry each (their old install still fails
+       closed until 3).
+    3. For each page of `OWNER_CHUNK` finalized links that move: the §9 manifest under the
+       one approval, validated, then applied in one transaction with its receipts. A
+       rejected page stops the run: the pages before it stay applied (and a re-run
+       continues), its links and the rest still fail closed.
     """
     owner, approval = request.connector_owner_key, request.approval
     install_id, pack = await _active_install(conn, owner)
     suspended = await q.install_suspended_link_states(
         conn, owner, list(INSTALL_REASONS), list(INSTALL_SURFACE_NAMES)
     )
-    finalized = await q.finalized_link_states(conn, owner)
-    ahead = _plan_rows(pack, install_id, [*finalized, *suspended])
+    moves = _plan_rows(pack, install_id, suspended).mapping_moves
+    async for page in _finalized_pages(conn, owner):
+        moves += _plan_rows(pack, install_id, page).mapping_moves
     base = OwnerResult(
         outcome=OwnerOutcome.NOTHING_TO_DO,
         connector_owner_key=owner,
         pack_install_id=install_id,
-        skipped=tuple(sorted(ahead.skipped)),
-        mapping_moves=ahead.mapping_moves,
+        mapping_moves=moves,
     )
-    if ahead.mapping_moves and not request.include_mapping_changes:
+    if moves and not request.include_mapping_changes:
         return base.model_copy(update={"outcome": OwnerOutcome.MAPPING_CHANGES})
-    restored = await _restore(conn, owner, [row.link_key for row in suspended], approval)
-    rows = await q.finalized_link_states(conn, owner) if restored else finalized
-    plan = _plan_rows(pack, install_id, rows)
-    update: dict[str, object] = {"restored": tuple(restored), "skipped": tuple(plan.skipped)}
-    if not plan.members:
-        return base.model_copy(update=update)
-    operation_id = request.operation_id or owner_operation_id(install_id, now)
-    manifest = build_manifest(operation_id, approval, plan.members)
-    result = await validate(conn, manifest, on_step)
-    if result.status is RevalidationStatus.VALIDATED:
-        result = await apply(conn, manifest, on_step)
-    applied = result.status in (RevalidationStatus.APPLIED, RevalidationStatus.ALREADY_APPLIED)
-    outcome = OwnerOutcome.APPLIED if applied else OwnerOutcome.REJECTED
-    return base.model_copy(update={**update, "outcome": outcome, "result": result})
+    restored = _Keys()
+    keys = [row.link_key for row in suspended]
+    for start in range(0, len(keys), OWNER_CHUNK):
+        restored.add(await _restore(conn, owner, keys[start : start + OWNER_CHUNK], approval))
+    del suspended, keys
+    skipped, moved = _Keys(), 0
+    operations: list[str] = []
+    base_id = request.operation_id or owner_operation_id(install_id, now)
+    rejected: RevalidationResult | None = None
+    async for page in _finalized_pages(conn, owner):
+        plan = _plan_rows(pack, install_id, page)
+        skipped.add(plan.skipped)
+        if not plan.members:
+            continue
+        operation_id = await _next_operation_id(conn, base_id, len(operations) + 1)
+        manifest = build_manifest(operation_id, approval, plan.members)
+        result = await validate(conn, manifest, on_step)
+        if result.status is RevalidationStatus.VALIDATED:
+            result = await apply(conn, manifest, on_step)
+        if result.status is not RevalidationStatus.APPLIED:
+            rejected = result
+            break
+        operations.append(operation_id)
+        moved += len(result.receipts)
+    outcome = (
+        OwnerOutcome.REJECTED
+        if rejected is not None
+        else OwnerOutcome.APPLIED
+        if moved or restored.count
+        else OwnerOutcome.NOTHING_TO_DO
+    )
+    return base.model_copy(
+        update={
+            "outcome": outcome,
+            "restored_count": restored.count,
+            "restored": tuple(restored.examples),
+            "skipped_count": skipped.count,
+            "skipped": tuple(skipped.examples),
+            "moved": moved,
+            "operations": tuple(operations),
+            "rejected": rejected,
+        }
+    )
+
+
+async def _finalized_pages(conn: Conn, owner: str) -> AsyncIterator[list[LinkRowState]]:
+    after = ""
+    while page := await q.finalized_link_states_page(conn, owner, after, OWNER_CHUNK):
+        yield page
+        after = page[-1].link_key
+
+
+async def _next_operation_id(conn: Conn, base: str, start: int) -> str:
+    """`base.N` for the first N from `start` that no earlier run has used (a re-run of the
+    same --operation-id continues after the operations it applied)."""
+    n = start
+    while await q.operation_exists(conn, f"{base}.{n}"):
+        n += 1
+    return f"{base}.{n}"
 
 
 async def _restore(conn: Conn, owner: str, keys: list[str], approval: Approval) -> list[str]:

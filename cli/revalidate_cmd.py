@@ -301,16 +301,19 @@ async def _owner(dsn: str, request: OwnerRequest) -> OwnerResult:
 
 
 def _owner_json(result: OwnerResult) -> dict[str, object]:
-    inner = result.result
+    rejected = result.rejected
     return {
         "outcome": result.outcome.value,
         "connector_owner_key": result.connector_owner_key,
         "pack_install_id": result.pack_install_id,
         "links_revalidated": result.moved,
+        "operations": list(result.operations),
+        "restored_count": result.restored_count,
         "restored": list(result.restored),
+        "skipped_count": result.skipped_count,
         "skipped": list(result.skipped),
         "mapping_moves": result.mapping_moves,
-        "revalidation": None if inner is None else inner.model_dump(mode="json"),
+        "rejected": None if rejected is None else rejected.model_dump(mode="json"),
     }
 
 
@@ -323,29 +326,29 @@ def _print_owner(result: OwnerResult) -> None:
             "plan`/`validate`/`apply`, or pass --include-mapping-changes; nothing written"
         )
         return
-    if result.result is not None and result.result.conflicts:
-        _print_result(result.result)
-    restored = len(result.restored)
-    if restored:
-        _stdout.print(f"lifted the install-change suspension of {restored} link(s)")
-    if result.skipped:
-        shown = ", ".join(escape(k) for k in result.skipped[:5])
+    if result.rejected is not None:
+        _print_result(result.rejected)
+    if result.restored_count:
+        _stdout.print(f"lifted the install-change suspension of {result.restored_count} link(s)")
+    if result.skipped_count:
+        shown = ", ".join(escape(k) for k in result.skipped)
         _stdout.print(
-            f"skipped {len(result.skipped)} link(s) whose action slot install {install} does "
-            f"not have (retire or rebind them): {shown}"
+            f"skipped {result.skipped_count} link(s) whose action slot install {install} does "
+            f"not have (retire or rebind them), e.g. {shown}"
         )
+    ops = f" in {len(result.operations)} operation(s)" if result.operations else ""
     match result.outcome:
         case OwnerOutcome.APPLIED:
-            op = escape(result.result.operation_id) if result.result else "-"
             _stdout.print(
                 f"[bold green]revalidated[/]: {result.moved} link(s) of {owner} against "
-                f"install {install} ({op}); their next saves PATCH"
+                f"install {install}{ops}; their next saves PATCH"
             )
         case OwnerOutcome.NOTHING_TO_DO:
             _stdout.print(f"nothing waits: every link of {owner} is validated against {install}")
         case OwnerOutcome.REJECTED:
             _stdout.print(
-                f"[bold red]rejected[/]: nothing moved; the links of {owner} still fail closed"
+                f"[bold red]rejected[/]: {result.moved} link(s) revalidated{ops} before the "
+                f"conflicts above; the others of {owner} still fail closed (re-run to continue)"
             )
 
 

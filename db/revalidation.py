@@ -385,3 +385,27 @@ async def restore_install_suspended(
     `operator` (who, why); (link key, the reason it was suspended for) of each moved."""
     rows = await conn.fetch(RESTORE_INSTALL_SUSPENDED, link_keys, reasons, *operator)
     return sorted((row["link_key"], row["suspend_reason"]) for row in rows)
+
+
+# Page forms for `revalidate owner` (NF-7: bounded memory at any count): link-key order.
+SELECT_FINALIZED_LINKS_PAGE: Final = f"""
+SELECT {_LINK_STATE} FROM connector_remote_link
+WHERE connector_owner_key = $1 AND status = 'finalized' AND link_key COLLATE "C" > $2
+ORDER BY link_key COLLATE "C" LIMIT $3
+"""
+
+SELECT_OPERATION_EXISTS: Final = """
+SELECT EXISTS (SELECT 1 FROM connector_link_revalidation_receipt WHERE operation_id = $1)
+"""
+
+
+async def finalized_link_states_page(
+    conn: Conn, owner_key: str, after_key: str, limit: int
+) -> list[LinkRowState]:
+    """The owner's finalized links after `after_key`, at most `limit`, in link-key order."""
+    rows = await conn.fetch(SELECT_FINALIZED_LINKS_PAGE, owner_key, after_key, limit)
+    return list(_link_states(rows))
+
+
+async def operation_exists(conn: Conn, operation_id: str) -> bool:
+    return bool(await conn.fetchval(SELECT_OPERATION_EXISTS, operation_id))

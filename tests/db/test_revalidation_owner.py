@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import pytest
 
+from activities import revalidation
 from activities.packs import apply_pack
 from activities.revalidation import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from protocol.manifest import parse_manifest
@@ -101,7 +103,7 @@ async def test_one_command_moves_every_waiting_link_and_lifts_install_only_suspe
             "SELECT command, link_key FROM connector_operator_audit ORDER BY audit_id"
         )
     assert result.outcome is OwnerOutcome.APPLIED and result.mapping_moves == 0
-    assert result.restored == (upgraded_only,)
+    assert result.restored == (upgraded_only,) and result.restored_count == 1
     assert result.moved == 2 and receipts == 2
     for key in (plain, upgraded_only):
         assert (links[key]["status"], links[key]["install"]) == (
@@ -109,7 +111,7 @@ async def test_one_command_moves_every_waiting_link_and_lifts_install_only_suspe
             second.pack_install_id,
         )
     assert links[also_mapping]["status"] == "suspended_drift"
-    assert again.outcome is OwnerOutcome.NOTHING_TO_DO and again.result is None
+    assert again.outcome is OwnerOutcome.NOTHING_TO_DO and again.operations == ()
     assert [(a["command"], a["link_key"]) for a in audit] == [
         ("revalidate-owner", upgraded_only),
         *sorted(("revalidate-apply", k) for k in (plain, upgraded_only)),
@@ -142,3 +144,31 @@ async def test_a_mapping_move_is_refused_unless_asked_for(db_pool: asyncpg.Pool)
     assert (
         row is not None and row["mapping_fingerprint"] == fingerprints(wider)["mapping_fingerprint"]
     )
+
+
+async def test_any_count_goes_in_operations_of_a_bounded_size(
+    db_pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """C-4 at any count (NF-7): links are read and moved a page at a time, one operation
+    (and transaction) per page, so the lock table and memory stay bounded; a re-run with
+    the same operation id continues with fresh operation ids."""
+    monkeypatch.setattr(revalidation, "OWNER_CHUNK", 2)
+    document = rows.pack_document("email")
+    async with db_pool.acquire() as conn:
+        first = await apply_pack(conn, document)
+        install = uuid.UUID(first.pack_install_id)
+        keys = [await link(conn, install, fingerprints(document)) for _ in range(5)]
+        await apply_pack(conn, upgraded(document))
+        result = await run(conn, operation_id="rev-owner")
+        await apply_pack(conn, document)  # another install: all five wait again
+        again = await run(conn, operation_id="rev-owner")
+        receipts = await conn.fetch(
+            "SELECT operation_id, count(*) AS n FROM connector_link_revalidation_receipt "
+            "GROUP BY operation_id ORDER BY operation_id"
+        )
+    assert result.outcome is OwnerOutcome.APPLIED and result.moved == len(keys)
+    assert result.operations == ("rev-owner.1", "rev-owner.2", "rev-owner.3")
+    assert again.operations == ("rev-owner.4", "rev-owner.5", "rev-owner.6")
+    assert [(r["operation_id"], r["n"]) for r in receipts] == [
+        (f"rev-owner.{n}", 1 if n in (3, 6) else 2) for n in range(1, 7)
+    ]
