@@ -13,7 +13,6 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from activities.revalidation import INSTALL_REASONS
 from activities.rows import attempt_snapshot, link_snapshot
 from db import audit as audit_q
 from db import links as links_q
@@ -21,7 +20,14 @@ from db import packs as q
 from db.records import Conn
 from protocol.active import ActiveMetadata, resolve_active
 from protocol.audit import AuditCommand, AuditEntry
-from protocol.drift import Disposition, DriftSurface, Finding, classify, fails_closed
+from protocol.drift import (
+    INSTALL_REASONS,
+    Disposition,
+    DriftSurface,
+    Finding,
+    classify,
+    fails_closed,
+)
 from protocol.errors import drift_reason
 from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
 from protocol.snapshots import manifest_digest

@@ -25,8 +25,7 @@ from db import revalidation as q
 from db.records import Conn
 from protocol.active import resolve_active
 from protocol.audit import AuditCommand, AuditEntry
-from protocol.drift import INSTALL_SURFACES
-from protocol.errors import drift_reason
+from protocol.drift import INSTALL_REASONS, INSTALL_SURFACE_NAMES
 from protocol.manifest import ManifestInvalid, PackManifest
 from protocol.manifest import parse_manifest as parse_pack_manifest
 from protocol.revalidation import (
@@ -409,10 +408,6 @@ def _member(
 
 
 # -- one command for an owner after an install change (C-4) ------------------------------
-
-# Links suspended for these surfaces wait only for an install revalidation.
-INSTALL_SURFACE_NAMES: Final = tuple(sorted(surface.value for surface in INSTALL_SURFACES))
-INSTALL_REASONS: Final = tuple(drift_reason(surface) for surface in INSTALL_SURFACE_NAMES)
 
 
 class OwnerRequest(BaseModel):

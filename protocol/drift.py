@@ -134,6 +134,9 @@ def fails_closed(findings: list[Finding]) -> bool:
 # Install surfaces fail closed on every apply (C-4): a suspension names them only when
 # nothing more specific failed, so `drift:pack_upgraded` means "revalidate, nothing else".
 INSTALL_SURFACES: Final = frozenset({DriftSurface.PACK_UPGRADED, DriftSurface.PACK_INSTALL})
+# Links suspended for these surfaces wait only for an install revalidation.
+INSTALL_SURFACE_NAMES: Final = tuple(sorted(surface.value for surface in INSTALL_SURFACES))
+INSTALL_REASONS: Final = tuple(drift_reason(surface) for surface in INSTALL_SURFACE_NAMES)
 
 
 def suspend_reason(findings: Iterable[Finding]) -> str:
