@@ -23,7 +23,7 @@ from db import key_view as kq
 from db import link_search as sq
 from db import links as links_q
 from protocol.messages import LinkView
-from protocol.park import REMEDIES, ParkReason, park_reason
+from protocol.park import ParkReason, park_reason, remedy_for
 from protocol.states import AttemptStatus, LinkStatus, PatchStatus
 from protocol.summary import LinkFacts, link_summary
 
@@ -67,11 +67,12 @@ async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dic
         attempt["send_journal"] = [t for t in journal if t["attempt_ordinal"] == ordinal]
     link_data = dict(link) if link is not None else None
     findings = json.loads(link_data.pop("drift_findings") or "[]") if link_data else []
-    reason = park_reason(view_of(key, await links_q.view_rows(conn, key)))
+    link_view = view_of(key, await links_q.view_rows(conn, key))
+    reason = park_reason(link_view)
     return {
         "link_key": key,
         "park_reason": reason.value if reason else None,
-        "remedy": REMEDIES[reason].what if reason else None,
+        "remedy": remedy_for(reason, link_view.suspend_reason).what if reason else None,
         "link": link_data,
         "attempts": attempts,
         "patches": [

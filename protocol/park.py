@@ -14,6 +14,8 @@ from typing import Final
 
 from pydantic import BaseModel
 
+from protocol.drift import DriftSurface
+from protocol.errors import drift_reason
 from protocol.messages import (
     LinkView,
     MarkTerminalInput,
@@ -120,6 +122,26 @@ REMEDIES: Final[dict[ParkReason, Remedy]] = {
         None,
     ),
 }
+
+# C-9: the link's action slot is not in the active pack (removed, or recreated under a new
+# id with no declared rebind). Revalidation resolves the slot in the active pack, so it
+# refuses this link: the remedy must not offer it.
+SLOT_GONE: Final = Remedy(
+    "The active pack no longer has this link's action slot (removed, or recreated under a"
+    " new id without a declared rebind, C-9); revalidate does not apply. Declare the"
+    " rebind in the pack (slot lineage) and apply it, then revalidate; or retire the link.",
+    OperatorAction.RETIRE,
+)
+_SLOT_GONE_REASONS: Final = frozenset({drift_reason(DriftSurface.ACTION_RECREATED.value)})
+
+
+def remedy_for(reason: ParkReason, suspend_reason: str | None) -> Remedy:
+    """The remedy shown for a parked link: its reason's, unless the suspension names a
+    surface whose usual update the guards refuse."""
+    if reason is ParkReason.DRIFT and suspend_reason in _SLOT_GONE_REASONS:
+        return SLOT_GONE
+    return REMEDIES[reason]
+
 
 UPDATE_INPUTS: Final[dict[OperatorAction, type[OperatorInput]]] = {
     OperatorAction.SUPERSEDE: SupersedeInput,

@@ -12,7 +12,7 @@ import json
 
 from protocol.messages import LinkView
 from protocol.operator import OperatorAction
-from protocol.park import REMEDIES, ParkReason, update_template
+from protocol.park import ParkReason, remedy_for, update_template
 
 UI_PATH = "More Actions → Send an Update → pick `{name}` → paste the JSON in Data → Submit"
 
@@ -43,7 +43,7 @@ def _state_lines(view: LinkView) -> list[str]:
 
 
 def _remedy_lines(view: LinkView, reason: ParkReason) -> list[str]:
-    remedy = REMEDIES[reason]
+    remedy = remedy_for(reason, view.suspend_reason)
     why = view.suspend_reason or view.last_error
     lines = [
         f"**needs operator: `{reason}`**" + (f" ({why})" if why else ""),

@@ -13,6 +13,7 @@ from protocol.park import (
     UPDATE_INPUTS,
     ParkReason,
     park_reason,
+    remedy_for,
     suspended_reason,
     update_template,
 )
@@ -139,3 +140,15 @@ def test_summary_names_record_destination_and_action() -> None:
         "Account a-001 → remote-companies via push-company (demo-owner)"
     )
     assert link_summary(None, KEY) == f"link {KEY}"
+
+
+def test_a_link_whose_action_slot_is_gone_is_never_told_to_revalidate() -> None:
+    """C-9, issue 30: a link suspended because the active pack lost its action slot cannot
+    be revalidated (the slot does not resolve), so neither the UI details nor `links show`
+    offer revalidate; other drift still does."""
+    gone = remedy_for(ParkReason.DRIFT, "drift:action_recreated")
+    assert OperatorAction.REVALIDATE not in (gone.update, *gone.alternatives)
+    assert gone.update is OperatorAction.RETIRE
+    assert "rebind" in gone.what
+    assert remedy_for(ParkReason.DRIFT, "drift:endpoint") is REMEDIES[ParkReason.DRIFT]
+    assert remedy_for(ParkReason.DRIFT, None) is REMEDIES[ParkReason.DRIFT]
