@@ -15,7 +15,8 @@ from typing import Final
 
 from protocol.active import ActiveMetadata
 from protocol.errors import SuspendReason, drift_reason
-from protocol.manifest import ActionSlot, DestinationSlot, Profile, is_credential_ref
+from protocol.manifest import ActionSlot, DestinationSlot, Profile
+from protocol.pack_fields import is_credential_ref
 from protocol.snapshots import (
     ActionConfigSnapshot,
     AttemptSnapshot,

@@ -10,89 +10,25 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
-from typing import Annotated, Final
+from typing import Final
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic import model_validator as _model_validator
 from pydantic.alias_generators import to_camel
 
-from protocol.identity import check_part
-from protocol.jsonpath import parse_id_path
-from protocol.storable import MEANINGS, location_text, unstorable_at
-from protocol.templates import (
-    CREATE_PLACEHOLDERS,
-    LOOKUP_PLACEHOLDERS,
-    UPDATE_PLACEHOLDERS,
-    check_template,
+from protocol.pack_fields import (
+    BaseUrl,
+    CreatePath,
+    CredentialRef,
+    HttpErrorStatus,
+    LookupPath,
+    NonEmpty,
+    Regex,
+    ResponseIdPath,
+    StableId,
+    UpdatePath,
 )
-
-
-def _stable_id(value: str) -> str:
-    return check_part("id", value)
-
-
-def _create_path(value: str) -> str:
-    check_template(value, CREATE_PLACEHOLDERS, frozenset())
-    return value
-
-
-def _update_path(value: str) -> str:
-    check_template(value, UPDATE_PLACEHOLDERS, frozenset({"remoteId"}))
-    return value
-
-
-def _lookup_path(value: str) -> str:
-    check_template(value, LOOKUP_PLACEHOLDERS, frozenset({"locator"}))
-    return value
-
-
-def _id_path(value: str) -> str:
-    parse_id_path(value)
-    return value
-
-
-def _base_url(value: str) -> str:
-    if not value.startswith(("http://", "https://")) or value.endswith("/"):
-        raise ValueError("must be an http(s) URL without a trailing '/'")
-    # Any '@', not only one in the authority: an unencoded '/' in a password moves the
-    # userinfo into the path. Like credentialRef's, the value itself is never echoed.
-    if "@" in value:
-        raise ValueError(
-            "must not hold user information (user:password@): a credential belongs in "
-            "credentialRef, never in the URL (value not shown)"
-        )
-    return value
-
-
-# A profile names its credential, never holds it (STO-3): `<scheme>:<NAME>` with a scheme
-# the runtime resolves. `env:NAME` is read from `CONNECTOR_PUSH_CREDENTIAL_ENV_<NAME>`.
-CREDENTIAL_REF_SCHEMES: Final = frozenset({"env"})
-_CREDENTIAL_REF: Final = re.compile(r"([a-z][a-z0-9]*):([A-Za-z_][A-Za-z0-9_]{0,127})")
-
-
-def is_credential_ref(value: str) -> bool:
-    """`value` is a reference in a declared scheme (so it may be shown; a secret may not)."""
-    match = _CREDENTIAL_REF.fullmatch(value)
-    return match is not None and match.group(1) in CREDENTIAL_REF_SCHEMES
-
-
-def _credential_ref(value: str) -> str:
-    if not is_credential_ref(value):
-        # The value itself is never echoed: it may be the very token that was pasted.
-        schemes = ", ".join(f"{s}:NAME" for s in sorted(CREDENTIAL_REF_SCHEMES))
-        raise ValueError(
-            f"must be a credential reference ({schemes}), not a secret (value not shown)"
-        )
-    return value
-
-
-StableId = Annotated[str, AfterValidator(_stable_id)]
-CredentialRef = Annotated[str, AfterValidator(_credential_ref)]
-NonEmpty = Annotated[str, Field(min_length=1)]
-CreatePath = Annotated[str, AfterValidator(_create_path)]
-UpdatePath = Annotated[str, AfterValidator(_update_path)]
-LookupPath = Annotated[str, AfterValidator(_lookup_path)]
-ResponseIdPath = Annotated[str, AfterValidator(_id_path)]
+from protocol.storable import MEANINGS, location_text, unstorable_at
 
 
 class PackModel(BaseModel):
@@ -203,23 +139,6 @@ class Readback(PackModel):
     path: UpdatePath | None = None
 
 
-def _http_error_status(value: int) -> int:
-    if not 400 <= value <= 599:
-        raise ValueError("must be an HTTP error status (400-599)")
-    return value
-
-
-def _regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as error:
-        raise ValueError(f"not a regular expression: {error}") from error
-    return value
-
-
-HttpErrorStatus = Annotated[int, AfterValidator(_http_error_status)]
-
-
 class LocatorRecovery(PackModel):
     """Unique-locator recovery: the runtime fills `remote_property` with its locator
     at create time and, after an ambiguous POST, GETs `lookup_path` to find the object."""
@@ -245,7 +164,7 @@ class Profile(PackModel):
     credential_generation: str | None = None
     credential_rotation_same_destination: bool = False
     endpoint_class: NonEmpty
-    base_url: Annotated[str, AfterValidator(_base_url)]
+    base_url: BaseUrl
     retry_policy: RetryPolicy
     idempotency: Idempotency = Idempotency()
     precondition: Precondition | None = None
@@ -259,7 +178,7 @@ class Profile(PackModel):
     not_applied_budget_seconds: int = Field(default=900, gt=0, le=86_400)
     readback: Readback | None = None
     # PROF-4: a remote id must fully match this pattern (beyond the default rule).
-    remote_id_pattern: Annotated[str, AfterValidator(_regex)] | None = None
+    remote_id_pattern: Regex | None = None
 
     @_model_validator(mode="after")
     def _readback_needs_precondition(self) -> Profile:
