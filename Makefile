@@ -22,7 +22,7 @@ venv: $(STAMP)
 # common in containers and set on our machines, keeps Python from writing one) each
 # re-import compiled the source again: 13% of the worker's busy time in the create
 # benchmark (issue 16). Incremental: only changed modules are compiled again.
-PACKAGES := protocol workflows activities db worker ingress cli sandbox connector_push_client bench
+PACKAGES := protocol workflows activities services db worker ingress cli sandbox connector_push_client bench
 bytecode: $(STAMP)
 	@$(BIN)/python -m compileall -q $(PACKAGES)
 

@@ -18,7 +18,6 @@ from typing import Any
 import asyncpg
 
 from activities.admission_facts import AdmissionFacts, SaveToAdmit, load_facts
-from activities.rows import attempt_values
 from db import links as q
 from db import patches as patches_q
 from db.errors import invariant_errors
@@ -40,6 +39,7 @@ from protocol.errors import RejectReason
 from protocol.gates import decide_admission
 from protocol.identity import InvalidIdentityPart, link_key
 from protocol.states import AttemptStatus, LinkStatus
+from services.rows import attempt_values
 
 
 def key_or_rejection(save: SaveRequest) -> str | Rejected:

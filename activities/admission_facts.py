@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from activities.packs import ActivePack, get_active_pack
-from activities.record_store import LocalRecord, PostgresRecordStore
-from activities.rows import link_snapshot
 from db import links as q
 from db import packs as packs_q
 from db.records import Conn
@@ -37,6 +35,8 @@ from protocol.authority import PermissionFacts
 from protocol.gates import association_lookups
 from protocol.snapshots import LinkSnapshot
 from protocol.states import AttemptStatus, LinkStatus
+from services.record_store import LocalRecord, PostgresRecordStore
+from services.rows import link_snapshot
 
 SlotKey = tuple[str, str, str]  # owner key, action slot, destination slot
 Locus = tuple[str, str, str, str]  # owner key, action slot, source object, record id

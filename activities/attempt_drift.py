@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncpg
 
 from activities.packs import install_cached
-from activities.rows import attempt_snapshot, jsonb
 from db import links as q
 from db.records import Conn
 from protocol.active import resolve_active
 from protocol.drift import Disposition, Finding, classify, fails_closed
+from services.rows import attempt_snapshot, jsonb
 
 
 async def attempt_findings(conn: Conn, attempt: asyncpg.Record) -> list[Finding]:

@@ -11,7 +11,6 @@ from typing import Any
 import asyncpg
 
 from activities.link_base import require_cas
-from activities.rows import journal_entries, jsonb
 from db import journal as jq
 from db import links as q
 from db.records import Conn
@@ -19,6 +18,7 @@ from protocol.outcome import Observation, body_hash, parse_retry_after, send_out
 from protocol.recovery import RecoveryInput, SendKind
 from protocol.snapshots import ProfileSnapshot
 from protocol.states import DispatchLane
+from services.rows import journal_entries, jsonb
 
 # Retry-After absent: wait this long before re-sending a "not applied" request.
 DEFAULT_NOT_APPLIED_DELAY_S = 1.0

@@ -27,8 +27,6 @@ from activities.evidence import attempt_recovery, owner_of_remote_id, record_try
 from activities.link_base import fail, require_cas
 from activities.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
 from activities.patch_dispatch import PatchDispatch
-from activities.record_store import PostgresRecordStore
-from activities.rows import link_view, request_of
 from db import journal as jq
 from db import links as q
 from db.errors import RemoteLocatorClaimedError
@@ -59,6 +57,8 @@ from protocol.outcome import (
 from protocol.recovery import Decision, Step, next_step, on_definite_rejection
 from protocol.request import FreezeFailure, locator_lookup_path
 from protocol.snapshots import CreateRequestSnapshot
+from services.record_store import PostgresRecordStore
+from services.rows import link_view, request_of
 
 
 @dataclass(frozen=True)

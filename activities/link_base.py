@@ -14,11 +14,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.hooks import DispatchHooks
-from activities.rows import view_of
 from db import links as q
 from db.records import Conn
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import LinkView, StepKind, StepResult
+from services.rows import view_of
 
 # Writes a try's checkpoint and journal row under its claim; None: another claim owns it.
 Checkpoint = Callable[[Conn], Awaitable[int | None]]

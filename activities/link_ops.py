@@ -8,7 +8,6 @@ from temporalio.exceptions import ApplicationError
 
 from activities.operator import ReadBackEtag, Refresh, apply_operator_action, park_in_flight
 from activities.patch_dispatch import PatchDispatch
-from activities.rows import link_snapshot
 from db import links as q
 from db import patches as pq
 from protocol.errors import ActivityErrorType as E
@@ -23,6 +22,7 @@ from protocol.messages import (
 )
 from protocol.operator import OperatorAction
 from protocol.readback import update_path_of
+from services.rows import link_snapshot
 
 
 class LinkOpsActivities(PatchDispatch):

@@ -12,13 +12,13 @@ from typing import Any, Final
 import asyncpg
 from temporalio.exceptions import ApplicationError
 
-from activities.record_store import PostgresRecordStore
-from activities.rows import link_values, writeback_of
 from db import links as q
 from db.errors import invariant_errors
 from db.records import Conn
 from protocol.errors import ActivityErrorType, MirrorStatus
 from protocol.messages import StepKind
+from services.record_store import PostgresRecordStore
+from services.rows import link_values, writeback_of
 
 # Mirror tries before the mirror is recorded as skipped (the link stays authoritative).
 MIRROR_ATTEMPTS: Final = 8

@@ -13,7 +13,6 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from activities.rows import attempt_snapshot, link_snapshot
 from db import audit as audit_q
 from db import links as links_q
 from db import packs as q
@@ -31,6 +30,7 @@ from protocol.drift import (
 from protocol.errors import drift_reason
 from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
 from protocol.snapshots import manifest_digest
+from services.rows import attempt_snapshot, link_snapshot
 
 # Manifest lineage entries name action slots (protocol/manifest.py checks them so).
 ACTION_SLOT: str = "action"

@@ -29,7 +29,6 @@ from temporalio.exceptions import ApplicationError
 from activities.admission import load_context
 from activities.evidence import frozen_patch_profile, patch_recovery, record_try, retry_delay
 from activities.link_base import require_cas
-from activities.rows import jsonb, link_snapshot, profile_and_path_columns
 from db import journal as jq
 from db import links as links_q
 from db import patches as pq
@@ -54,6 +53,7 @@ from protocol.outcome import (
 from protocol.recovery import Step, next_step
 from protocol.snapshots import LinkSnapshot, ProfileSnapshot
 from protocol.states import LinkStatus
+from services.rows import jsonb, link_snapshot, profile_and_path_columns
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from activities.rate_limit import pack_change_listener, warm_budget_rates
-from activities.record_loader import load_records, parse_records_document
 from bench.actions import billable_actions, total
 from bench.cpu import cpu_seconds, describe, ms_per_unit
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
@@ -31,6 +30,7 @@ from db.pool import create_pool
 from db.records import Conn
 from protocol.admission import CreateReserved, PatchQueued, SaveRequest
 from protocol.identity import link_workflow_id
+from services.record_loader import load_records, parse_records_document
 from worker.crm import report_save
 from worker.runtime import build_worker, remote_http_client
 

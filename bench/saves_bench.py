@@ -32,7 +32,6 @@ import httpx
 import yaml
 
 from activities.packs import apply_pack
-from activities.record_loader import load_records, parse_records_document
 from bench.ingress_bench import (
     ROOT,
     _wait_healthy,
@@ -42,6 +41,7 @@ from bench.ingress_bench import (
     record,
 )
 from cli.stack.postgres import free_port
+from services.record_loader import load_records, parse_records_document
 
 KEY: Final = "bench-save-api-key"
 EXAMPLES: Final = ROOT / "examples"

@@ -21,12 +21,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.packs import apply_pack
-from activities.record_loader import load_records, parse_records_document
 from cli.stack.devconfig import load_dev_config
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import free_ports, stop_process
 from cli.stack.temporal import TemporalDevServer
 from db.migrate import apply_migrations
+from services.record_loader import load_records, parse_records_document
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DATABASE = "bench"

@@ -12,13 +12,13 @@ from pathlib import Path
 import asyncpg
 
 from activities.packs import ApplyOutcome, apply_pack, get_active_pack
-from activities.record_loader import load_records
 from cli.database import open_connection, read_document
 from cli.pack_cmd import validate_manifest_document
 from cli.records_cmd import validate_records_file
 from cli.stack.derived import replace_keys, service_url
 from cli.stack.devconfig import DevConfig
 from protocol.manifest import PackManifest
+from services.record_loader import load_records
 
 
 def demo_files(config: DevConfig) -> tuple[Path, Path]:

@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from activities.rows import view_of
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, resolve_dsn
 from cli.errors import fail
 from db import journal as journal_q
@@ -26,6 +25,7 @@ from protocol.messages import LinkView
 from protocol.park import ParkReason, park_reason, remedy_for
 from protocol.states import AttemptStatus, LinkStatus, PatchStatus
 from protocol.summary import LinkFacts, link_summary
+from services.rows import view_of
 
 console = Console()
 PATCHES_SHOWN: Final = 20

@@ -9,15 +9,15 @@ from typing import Annotated
 
 import typer
 
-from activities.record_loader import (
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
+from cli.database import resolve_dsn as _dsn
+from services.record_loader import (
     LoadSummary,
     RecordsDocument,
     RecordsFileInvalid,
     load_records,
     parse_records_document,
 )
-from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
-from cli.database import resolve_dsn as _dsn
 
 
 def validate_records_file(path: Path) -> RecordsDocument:

@@ -17,13 +17,13 @@ import asyncpg
 import httpx
 from temporalio.client import Client
 
-from activities.record_loader import load_records, parse_records_document
 from bench.chaos.checker import SaveOutcome
 from bench.chaos.evidence import Evidence, build_evidence, read_rows
 from bench.chaos.stack import TASK_QUEUE, ChaosStack
 from bench.chaos.world import Record, World
 from protocol.admission import Rejected
 from sandbox.client import SandboxClient
+from services.record_loader import load_records, parse_records_document
 from worker.crm import decision_link_key, report_save
 
 CLI_TIMEOUT_S = 120.0

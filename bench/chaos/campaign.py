@@ -14,7 +14,6 @@ from pathlib import Path
 import httpx
 from temporalio.client import Client
 
-from activities.record_loader import load_records, parse_records_document
 from bench.chaos.actors import Operator, Traffic
 from bench.chaos.checker import Final, Verdict, check, classify, listed_parked, settled
 from bench.chaos.config import ChaosConfig
@@ -24,6 +23,7 @@ from bench.chaos.stack import ChaosStack, chaos_stack
 from bench.chaos.world import World
 from db.pool import create_pool
 from sandbox.client import SandboxClient
+from services.record_loader import load_records, parse_records_document
 
 log = logging.getLogger("bench.chaos")
 OBJECT_TYPES = ("contacts", "companies", "deals")

@@ -24,10 +24,7 @@ from activities.admission import admit_all_locked, admit_locked
 from activities.admission_facts import SaveToAdmit, load_facts
 from activities.backfill import apply_backfill
 from activities.packs import apply_pack, get_active_pack
-from activities.record_loader import load_records, parse_records_document
-from activities.record_store import PostgresRecordStore
 from activities.revalidation import OwnerOutcome, OwnerRequest, revalidate_owner
-from activities.rows import attempt_summary, link_snapshot
 from activities.save_entry import admit_batch
 from db import links as links_q
 from db import packs as packs_q
@@ -47,6 +44,9 @@ from protocol.gates import association_lookups
 from protocol.identity import link_key
 from protocol.revalidation import Approval
 from protocol.states import AttemptStatus, LinkStatus
+from services.record_loader import load_records, parse_records_document
+from services.record_store import PostgresRecordStore
+from services.rows import attempt_summary, link_snapshot
 
 DEMO_PACK = Path(__file__).resolve().parents[2] / "examples" / "demo-pack.yaml"
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)

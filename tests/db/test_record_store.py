@@ -7,9 +7,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from activities.record_loader import load_records, parse_records_document
-from activities.record_store import PostgresRecordStore
 from protocol.authority import PermissionFacts
+from services.record_loader import load_records, parse_records_document
+from services.record_store import PostgresRecordStore
 
 MIRROR = {"hs_remote_id": None, "hs_provenance": None}
 

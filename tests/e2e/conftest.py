@@ -22,12 +22,12 @@ from temporalio.service import RPCError
 
 from activities.hooks import DispatchHooks
 from activities.packs import apply_pack
-from activities.record_loader import load_records, parse_records_document
 from protocol.admission import AdmissionDecision, SaveRequest
 from protocol.identity import link_key
 from sandbox.client import SandboxClient
 from sandbox.config import SandboxConfig
 from sandbox.server import BackgroundSandbox
+from services.record_loader import load_records, parse_records_document
 from worker.crm import report_save, workflow_id
 from worker.runtime import build_worker, remote_http_client
 

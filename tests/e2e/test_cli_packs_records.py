@@ -14,11 +14,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from activities.record_store import PostgresRecordStore
 from cli.demo_data import load_demo
 from cli.main import app
 from cli.stack.devconfig import load_dev_config
 from cli.stack.process import free_port
+from services.record_store import PostgresRecordStore
 from tests.unit.factories import demo_document
 from tests.unit.test_manifest import INVALID
 

@@ -16,7 +16,6 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from activities.packs import apply_pack
-from activities.rows import jsonb, request_of
 from activities.wake import wake_link
 from db import journal as jq
 from protocol.admission import (
@@ -28,6 +27,7 @@ from protocol.admission import (
 from protocol.messages import SupersedeInput
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
+from services.rows import jsonb, request_of
 from tests.e2e.conftest import Stack, company_key, contact_key, deal_key, demo_manifest
 from tests.e2e.rig import Rig, SteerableHooks
 from tests.e2e.support import eventually

@@ -12,9 +12,9 @@ import sys
 import asyncpg
 from typer.testing import CliRunner
 
-from activities.record_loader import load_records, parse_records_document
 from cli.main import app
 from cli.stack.temporal import TemporalDevServer
+from services.record_loader import load_records, parse_records_document
 from tests.e2e.conftest import OWNER, Stack, contact_key
 from tests.e2e.support import eventually
 from tests.e2e.test_relay import _relay

@@ -22,7 +22,6 @@ import pytest
 from activities.admission import admit_save
 from activities.hooks import DispatchHooks
 from activities.patch import plan_patch
-from activities.record_loader import load_records, parse_records_document
 from activities.wake import wake_link
 from db.journal import checkpoint_patch
 from db.links import lock_link_key
@@ -31,6 +30,7 @@ from protocol.admission import CreateReserved, PatchQueued, SaveRequest
 from protocol.identity import link_key
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
+from services.record_loader import load_records, parse_records_document
 from tests.e2e.conftest import OWNER, Stack, contact_key
 from tests.e2e.support import eventually
 from tests.e2e.test_patch_path import Doc, apply_edit, contact_profile, contact_slot, remote_object

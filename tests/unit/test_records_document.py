@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.record_loader import RecordsFileInvalid, parse_records_document
+from services.record_loader import RecordsFileInvalid, parse_records_document
 
 
 @pytest.mark.parametrize(

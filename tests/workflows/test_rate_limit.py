@@ -36,7 +36,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.packs import apply_pack
 from activities.rate_limit import ensure_fairness_limit
-from activities.record_loader import load_records, parse_records_document
 from cli.stack.temporal import TemporalDevServer
 from protocol.admission import SaveRequest
 from protocol.identity import link_key
@@ -44,6 +43,7 @@ from sandbox.client import SandboxClient
 from sandbox.config import RateLimitConfig, SandboxConfig
 from sandbox.rate_limit import AppliedRequest, RateLimitSettings
 from sandbox.server import BackgroundSandbox
+from services.record_loader import load_records, parse_records_document
 from tests.e2e.support import eventually
 from worker.crm import report_save, workflow_id
 from worker.runtime import PASSTHROUGH_MODULES, build_worker, remote_http_client
