@@ -24,7 +24,6 @@ from typing import Any, Final, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from activities.packs import ActivePack, get_active_pack
 from activities.patch import validated_values
 from db import audit as audit_q
 from db import backfill as q
@@ -34,7 +33,9 @@ from db.errors import RemoteLocatorClaimedError, invariant_errors
 from db.records import Conn
 from protocol.active import ActiveMetadata, resolve_active
 from protocol.audit import AuditCommand, AuditEntry
-from protocol.backfill import (
+from protocol.backfill import Totals, decide_batch, lookups, totals
+from protocol.backfill_evidence import claims, contested
+from protocol.backfill_facts import (
     BackfillSlot,
     LegacyRecord,
     Locator,
@@ -42,18 +43,13 @@ from protocol.backfill import (
     RecordDecision,
     RejectReason,
     StoredFacts,
-    Totals,
     backfill_slot,
-    claims,
-    contested,
-    decide_batch,
-    lookups,
-    totals,
 )
 from protocol.errors import MirrorStatus
 from protocol.identity import ACTION_TYPE
 from protocol.manifest import PackManifest, parse_manifest
 from protocol.states import LinkStatus
+from services.packs import ActivePack, get_active_pack
 
 DEFAULT_BATCH_SIZE: Final = 500
 DEFAULT_OPERATOR: Final = "backfill"

@@ -26,7 +26,7 @@ from activities.backfill import (
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, resolve_dsn
 from cli.errors import EXIT_REJECTED, fail, required_text
 from db.records import Conn
-from protocol.backfill import Outcome, RecordDecision
+from protocol.backfill_facts import Outcome, RecordDecision
 
 # Runs looking at more records than this show a progress bar (on stderr).
 PROGRESS_THRESHOLD: Final = 100

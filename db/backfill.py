@@ -15,7 +15,7 @@ from typing import Final
 from asyncpg import Record
 
 from db.records import Conn
-from protocol.backfill import AttemptFact, LegacyRecord, LinkFact, Locator
+from protocol.backfill_facts import AttemptFact, LegacyRecord, LinkFact, Locator
 from protocol.states import AttemptStatus, LinkStatus
 
 COUNT_RECORDS: Final = """

@@ -1,16 +1,8 @@
 """Legacy-link adoption (SPEC MIG-1, seed "Migration Contract For #1783"): pure decisions.
 
-Rules kept in this module:
+Rules kept in this module (1-2, what counts as evidence and which provenance
+formats are accepted, live in `protocol.backfill_evidence`):
 
-1. Evidence is only what a local record materialised in a mirror pair
-   (`remoteIdField`, `provenanceField`) of the action slot: the active
-   install's pair, or a pair an earlier install of the same pack declared for
-   this slot or a slot rebound into it. Nothing is inferred from names.
-2. Exactly two provenance formats are accepted (`parse_provenance`): the
-   runtime's own link key (`lk1_<64 hex>`, what activities/mirror.py writes)
-   and the legacy marker `"{ConnectorOwnerKey}:{ActionSlotId}:{DestinationSlotId}"`
-   (exactly three valid stable ids; an id holding `:` makes a marker ambiguous,
-   so it is not recognised). Anything else is `provenance_unrecognized`.
 3. A record is adoptable only when one remote id and one provenance, both in
    the current pair, name this owner, this slot (or a slot the active pack
    rebinds into it) and this destination, and nothing stored or claimed in the
@@ -24,246 +16,59 @@ Rules kept in this module:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from enum import StrEnum
-from typing import Final
 
-from pydantic import JsonValue
-
-from protocol.active import ActiveMetadata
-from protocol.identity import InvalidIdentityPart, check_part, link_key
-from protocol.manifest import MirrorSpec, PackManifest
-from protocol.remote_ids import RemoteIdError, check_remote_id
+from protocol.backfill_evidence import (
+    Evidence,
+    Provenance,
+    claims,
+    contested,
+    evidence,
+    evidence_problem,
+    locator_of,
+    parse_provenance,
+)
+from protocol.backfill_facts import (
+    BackfillSlot,
+    LegacyRecord,
+    LinkFact,
+    Locator,
+    Lookups,
+    Outcome,
+    ProvenanceFormat,
+    RecordDecision,
+    RejectReason,
+    StoredFacts,
+)
+from protocol.identity import InvalidIdentityPart, link_key
 from protocol.snapshots import Snapshot
 from protocol.states import AttemptStatus, LinkStatus
-
-LINK_KEY_PROVENANCE: Final = re.compile(r"lk1_[0-9a-f]{64}")
-MARKER_SEPARATOR: Final = ":"
-
-
-class Outcome(StrEnum):
-    ADOPTABLE = "adoptable"  # plan: apply would create the link
-    ADOPTED = "adopted"  # apply: the link was created by this run
-    ALREADY_ADOPTED = "already_adopted"  # a link with this remote id exists
-    SKIPPED = "skipped"  # no legacy evidence: not a candidate
-    REJECTED = "rejected"  # evidence, but ambiguous: fails closed, nothing written
-
-
-class RejectReason(StrEnum):
-    NO_REMOTE_ID_AND_NO_PROVENANCE = "no_remote_id_and_no_provenance"  # the skip reason
-    INVALID_RECORD_ID = "invalid_record_id"
-    SOURCE_DELETED = "source_deleted"
-    MALFORMED_MIRROR_VALUE = "malformed_mirror_value"
-    MULTIPLE_CANDIDATE_REMOTE_IDS = "multiple_candidate_remote_ids"
-    MULTIPLE_CANDIDATE_PROVENANCES = "multiple_candidate_provenances"
-    REMOTE_ID_OUTSIDE_CURRENT_FIELD_PAIR = "remote_id_outside_current_field_pair"
-    REMOTE_ID_WITHOUT_PROVENANCE = "remote_id_without_provenance"
-    PROVENANCE_WITHOUT_REMOTE_ID = "provenance_without_remote_id"
-    PROVENANCE_UNRECOGNIZED = "provenance_unrecognized"
-    PROVENANCE_KEY_MISMATCH = "provenance_key_mismatch"
-    PROVENANCE_FOR_OTHER_OWNER = "provenance_for_other_owner"
-    PROVENANCE_FOR_OTHER_SLOT = "provenance_for_other_slot"
-    DESTINATION_CHANGED = "destination_changed"
-    LINK_EXISTS_WITH_OTHER_REMOTE_ID = "link_exists_with_other_remote_id"
-    ATTEMPT_EXISTS = "attempt_exists"
-    REMOTE_ID_CLAIMED_TWICE = "remote_id_claimed_twice"
-
-
-class ProvenanceFormat(StrEnum):
-    LINK_KEY = "link_key"
-    LEGACY_MARKER = "legacy_marker"
-
 
 R = RejectReason
 
 
-# -- inputs ------------------------------------------------------------------------
+# -- the decision ---------------------------------------------------------------------------
 
 
-class BackfillSlot(Snapshot):
-    """One action slot of the active install, with everything adoption compares against."""
-
-    connector_owner_key: str
-    action_slot_id: str
-    destination_slot_id: str
-    source_object: str
-    remote_scope: str
-    current_pair: MirrorSpec
-    # Pairs earlier installs declared for this slot or a predecessor, other than the current.
-    earlier_pairs: tuple[MirrorSpec, ...] = ()
-    # Slots the active pack rebinds (transitively) into this one (ID-6).
-    rebound_from: tuple[str, ...] = ()
-    # Every action / destination slot id the pack ever named: the link keys a
-    # link-key provenance is matched against.
-    known_action_slots: tuple[str, ...] = ()
-    known_destination_slots: tuple[str, ...] = ()
-
-    def key_for(self, record_id: str, action_slot_id: str | None = None) -> str:
-        """This record's link key under this slot (or under `action_slot_id`, same destination)."""
-        return link_key(
-            self.connector_owner_key,
-            action_slot_id or self.action_slot_id,
-            self.source_object,
-            record_id,
-            self.destination_slot_id,
-        )
-
-
-class LegacyRecord(Snapshot):
-    """One local record as the store holds it (deleted ones included)."""
-
-    source_object: str
-    record_id: str
-    fields: dict[str, JsonValue]
-    deleted: bool = False
-
-
-class Locator(Snapshot):
-    """The ID-4 remote-locator tuple."""
-
-    connector_owner_key: str
-    destination_slot_id: str
-    remote_scope: str
-    remote_id: str
-
-
-class LinkFact(Snapshot):
-    link_key: str
-    action_slot_id: str
-    locator: Locator
-    status: LinkStatus
-
-
-class AttemptFact(Snapshot):
-    link_key: str
-    attempt_id: str
-    status: AttemptStatus
-
-
-class StoredFacts(Snapshot):
-    """Rows for the keys and locators `lookups` named (read under the key locks on apply)."""
-
-    links: tuple[LinkFact, ...] = ()
-    attempts: tuple[AttemptFact, ...] = ()
-    # Non-retired links owning a locator the batch claims, whatever their key.
-    locator_owners: tuple[LinkFact, ...] = ()
-
-
-class Lookups(Snapshot):
-    link_keys: tuple[str, ...]  # sorted: the order apply locks them in
-    locators: tuple[Locator, ...]
-
-
-# -- outputs ------------------------------------------------------------------------
-
-
-class RecordDecision(Snapshot):
-    action_slot_id: str
-    source_object: str
-    record_id: str
-    outcome: Outcome
-    reason: RejectReason | None = None
-    detail: str = ""
-    link_key: str | None = None
-    remote_id: str | None = None
-    provenance_format: ProvenanceFormat | None = None
-    # The slot the provenance named: this one, or a predecessor it rebinds.
-    via_slot: str | None = None
-
-
-class Provenance(Snapshot):
-    format: ProvenanceFormat
-    value: str
-    connector_owner_key: str | None = None
-    action_slot_id: str | None = None
-    destination_slot_id: str | None = None
-
-
-class _Evidence(Snapshot):
-    """The values one record holds in a slot's mirror pairs (malformed ones named)."""
-
-    remote_id: str | None
-    provenance: str | None
-    earlier_remote_ids: tuple[tuple[str, str], ...]  # (field, value)
-    earlier_provenances: tuple[tuple[str, str], ...]
-    malformed: tuple[str, ...]
-
-    @property
-    def remote_ids(self) -> set[str]:
-        return _values(self.remote_id, self.earlier_remote_ids)
-
-    @property
-    def provenances(self) -> set[str]:
-        return _values(self.provenance, self.earlier_provenances)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.remote_ids or self.provenances or self.malformed)
-
-
-def _values(current: str | None, earlier: tuple[tuple[str, str], ...]) -> set[str]:
-    found = {value for _, value in earlier}
-    return found | {current} if current is not None else found
-
-
-# -- building the slot ------------------------------------------------------------------
-
-
-def backfill_slot(
-    manifest: PackManifest, active: ActiveMetadata, earlier: Sequence[PackManifest] = ()
-) -> BackfillSlot:
-    """The slot as adoption sees it; `earlier` are the manifests of the active install's
-    ancestors (not across a reinstall), newest first. `active` must be usable."""
-    action, destination, _ = active.require()
-    lineage_slots = {e.from_slot for m in (manifest, *earlier) for e in m.lineage}
-    named = {active.action_slot_id, *active.lineage_predecessors}
-    pairs: list[MirrorSpec] = []
-    for old in earlier:
-        for slot in old.action_slots:
-            if slot.id in named and slot.mirror != action.mirror and slot.mirror not in pairs:
-                pairs.append(slot.mirror)
-    everything = (manifest, *earlier)
-    return BackfillSlot(
-        connector_owner_key=active.connector_owner_key,
-        action_slot_id=active.action_slot_id,
-        destination_slot_id=active.destination_slot_id,
-        source_object=action.source_object,
-        remote_scope=destination.remote_scope,
-        current_pair=action.mirror,
-        earlier_pairs=tuple(pairs),
-        rebound_from=active.lineage_predecessors,
-        known_action_slots=tuple(
-            sorted({s.id for m in everything for s in m.action_slots} | lineage_slots)
-        ),
-        known_destination_slots=tuple(
-            sorted({d.id for m in everything for d in m.destination_slots})
-        ),
+def _decision(
+    slot: BackfillSlot, record_id: str, outcome: Outcome, **extra: object
+) -> RecordDecision:
+    return RecordDecision.model_validate(
+        {
+            "action_slot_id": slot.action_slot_id,
+            "source_object": slot.source_object,
+            "record_id": record_id,
+            "outcome": outcome,
+            **extra,
+        }
     )
 
 
-# -- provenance ---------------------------------------------------------------------------
-
-
-def parse_provenance(value: str) -> Provenance | None:
-    """One of the two accepted formats (rule 2), or None."""
-    if LINK_KEY_PROVENANCE.fullmatch(value):
-        return Provenance(format=ProvenanceFormat.LINK_KEY, value=value)
-    parts = value.split(MARKER_SEPARATOR)
-    if len(parts) != 3:
-        return None
-    try:
-        owner, slot, destination = (check_part("marker", p) for p in parts)
-    except InvalidIdentityPart:
-        return None
-    return Provenance(
-        format=ProvenanceFormat.LEGACY_MARKER,
-        value=value,
-        connector_owner_key=owner,
-        action_slot_id=slot,
-        destination_slot_id=destination,
-    )
+def _reject(
+    slot: BackfillSlot, record_id: str, reason: RejectReason, detail: str = "", **extra: object
+) -> RecordDecision:
+    return _decision(slot, record_id, Outcome.REJECTED, reason=reason, detail=detail, **extra)
 
 
 def _named_by_key(slot: BackfillSlot, record_id: str, key: str) -> tuple[str, str] | None:
@@ -307,114 +112,6 @@ def _resolve_provenance(
     return action_slot, None
 
 
-# -- evidence -----------------------------------------------------------------------------
-
-
-def _text(fields: dict[str, JsonValue], name: str, malformed: list[str]) -> str | None:
-    value = fields.get(name)
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        try:
-            # PROF-4: a remote id (and a provenance) is adopted only in canonical form.
-            return check_remote_id(check_part(name, value))
-        except (InvalidIdentityPart, RemoteIdError):
-            pass
-    malformed.append(name)
-    return None
-
-
-def evidence(slot: BackfillSlot, record: LegacyRecord) -> _Evidence:
-    malformed: list[str] = []
-    pair = slot.current_pair
-    current = (
-        _text(record.fields, pair.remote_id_field, malformed),
-        _text(record.fields, pair.provenance_field, malformed),
-    )
-    earlier_ids: list[tuple[str, str]] = []
-    earlier_provs: list[tuple[str, str]] = []
-    for old in slot.earlier_pairs:
-        for field, found in (
-            (old.remote_id_field, earlier_ids),
-            (old.provenance_field, earlier_provs),
-        ):
-            value = _text(record.fields, field, malformed)
-            if value is not None and (field, value) not in found:
-                found.append((field, value))
-    return _Evidence(
-        remote_id=current[0],
-        provenance=current[1],
-        earlier_remote_ids=tuple(earlier_ids),
-        earlier_provenances=tuple(earlier_provs),
-        malformed=tuple(sorted(set(malformed))),
-    )
-
-
-def _evidence_problem(ev: _Evidence, pair: MirrorSpec) -> tuple[RejectReason, str] | None:
-    """Rule 3 on the record's fields alone: one remote id and one provenance, current pair."""
-    if ev.malformed:
-        return R.MALFORMED_MIRROR_VALUE, f"not a clean string: {list(ev.malformed)}"
-    if len(ev.remote_ids) > 1:
-        return R.MULTIPLE_CANDIDATE_REMOTE_IDS, f"{sorted(ev.remote_ids)}"
-    outside = [f for f, _ in ev.earlier_remote_ids if ev.remote_id is None]
-    outside += [f for f, _ in ev.earlier_provenances if ev.provenance is None]
-    if outside:
-        detail = f"evidence in {outside}, not in {[pair.remote_id_field, pair.provenance_field]}"
-        return R.REMOTE_ID_OUTSIDE_CURRENT_FIELD_PAIR, detail
-    if len(ev.provenances) > 1:
-        return R.MULTIPLE_CANDIDATE_PROVENANCES, f"{sorted(ev.provenances)}"
-    if ev.provenance is None:
-        return R.REMOTE_ID_WITHOUT_PROVENANCE, f"{pair.provenance_field} is empty"
-    if ev.remote_id is None:
-        return R.PROVENANCE_WITHOUT_REMOTE_ID, f"{pair.remote_id_field} is empty"
-    return None
-
-
-def claims(slot: BackfillSlot, record: LegacyRecord) -> frozenset[Locator]:
-    """Every locator the record's fields name for this slot, ambiguous or not."""
-    return frozenset(_locator(slot, rid) for rid in evidence(slot, record).remote_ids)
-
-
-def _locator(slot: BackfillSlot, remote_id: str) -> Locator:
-    return Locator(
-        connector_owner_key=slot.connector_owner_key,
-        destination_slot_id=slot.destination_slot_id,
-        remote_scope=slot.remote_scope,
-        remote_id=remote_id,
-    )
-
-
-def contested(items: Iterable[tuple[BackfillSlot, LegacyRecord]]) -> frozenset[Locator]:
-    """Locators claimed by more than one (slot, record): none of their claimants is adopted."""
-    counts: Counter[Locator] = Counter()
-    for slot, record in items:
-        counts.update(claims(slot, record))
-    return frozenset(locator for locator, n in counts.items() if n > 1)
-
-
-# -- the decision ---------------------------------------------------------------------------
-
-
-def _decision(
-    slot: BackfillSlot, record_id: str, outcome: Outcome, **extra: object
-) -> RecordDecision:
-    return RecordDecision.model_validate(
-        {
-            "action_slot_id": slot.action_slot_id,
-            "source_object": slot.source_object,
-            "record_id": record_id,
-            "outcome": outcome,
-            **extra,
-        }
-    )
-
-
-def _reject(
-    slot: BackfillSlot, record_id: str, reason: RejectReason, detail: str = "", **extra: object
-) -> RecordDecision:
-    return _decision(slot, record_id, Outcome.REJECTED, reason=reason, detail=detail, **extra)
-
-
 def lookups(items: Iterable[tuple[BackfillSlot, LegacyRecord]]) -> Lookups:
     """The link keys (this slot's and its rebound predecessors') and locators to load."""
     keys: set[str] = set()
@@ -452,7 +149,7 @@ def decide_record(
         return _existing_link(slot, rid, ev, existing)
     if record.deleted:
         return _reject(slot, rid, R.SOURCE_DELETED, link_key=key)
-    problem = _evidence_problem(ev, slot.current_pair)
+    problem = evidence_problem(ev, slot.current_pair)
     if problem is not None:
         return _reject(slot, rid, problem[0], problem[1], link_key=key)
     assert ev.remote_id is not None and ev.provenance is not None
@@ -464,8 +161,8 @@ def decide_record(
     if rejected is not None:
         return rejected.model_copy(update={"link_key": key})
     found = {"link_key": key, "remote_id": ev.remote_id, "provenance_format": provenance.format}
-    conflict = _stored_conflict(slot, rid, key, _locator(slot, ev.remote_id), facts)
-    if conflict is None and _locator(slot, ev.remote_id) in contested_locators:
+    conflict = _stored_conflict(slot, rid, key, locator_of(slot, ev.remote_id), facts)
+    if conflict is None and locator_of(slot, ev.remote_id) in contested_locators:
         conflict = (R.REMOTE_ID_CLAIMED_TWICE, "another local record claims the same remote id")
     if conflict is not None:
         return _reject(slot, rid, conflict[0], conflict[1], **found, via_slot=via)
@@ -473,7 +170,7 @@ def decide_record(
 
 
 def _existing_link(
-    slot: BackfillSlot, record_id: str, ev: _Evidence, link: LinkFact
+    slot: BackfillSlot, record_id: str, ev: Evidence, link: LinkFact
 ) -> RecordDecision:
     """The link is the SSoT: the record either agrees with it or is reported."""
     remote_id = link.locator.remote_id

@@ -40,7 +40,8 @@ from __future__ import annotations
 from pydantic import JsonValue
 
 from protocol.admission import AdmissionContext, RecordOwnershipRow, Rejected
-from protocol.backfill import LINK_KEY_PROVENANCE, ProvenanceFormat, parse_provenance
+from protocol.backfill_evidence import LINK_KEY_PROVENANCE, parse_provenance
+from protocol.backfill_facts import ProvenanceFormat
 from protocol.errors import RejectReason
 from protocol.states import ATTEMPT_RELEASED, LinkStatus
 

@@ -17,13 +17,13 @@ from typer.testing import CliRunner, Result
 
 from activities.admission import admit_save
 from activities.backfill import apply_backfill, plan_backfill
-from activities.packs import apply_pack
 from cli.main import app
 from db import records as records_q
 from db.records import Conn
 from protocol.admission import CreateReserved, PatchQueued, SaveRequest
-from protocol.backfill import Outcome, RecordDecision, RejectReason
+from protocol.backfill_facts import Outcome, RecordDecision, RejectReason
 from protocol.identity import link_key
+from services.packs import apply_pack
 
 R = RejectReason
 

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from pydantic import JsonValue
 
-from protocol.backfill import (
+from protocol.backfill import decide_batch, decide_record, lookups, totals
+from protocol.backfill_evidence import contested, parse_provenance
+from protocol.backfill_facts import (
     AttemptFact,
     BackfillSlot,
     LegacyRecord,
@@ -18,12 +20,6 @@ from protocol.backfill import (
     RejectReason,
     StoredFacts,
     backfill_slot,
-    contested,
-    decide_batch,
-    decide_record,
-    lookups,
-    parse_provenance,
-    totals,
 )
 from protocol.identity import link_key
 from protocol.manifest import PackManifest
