@@ -263,15 +263,20 @@ _REPLAYED: Final = {"Idempotent-Replayed": "true"}
 
 
 def _claim(request: Request, client: str, digest: str) -> IdempotencyClaim | None:
-    key = request.headers.get(IDEMPOTENCY_HEADER)
-    if key is None:
+    keys = request.headers.getlist(IDEMPOTENCY_HEADER)
+    if not keys:
         return None
+    if len(keys) > 1:  # which one the client meant is a guess: refused, nothing written
+        raise _bad_idempotency_key("given once only; this request has it more than once")
+    [key] = keys
     if not 1 <= len(key) <= 255 or not key.isascii() or not key.isprintable():
-        problem = FieldProblem(
-            path="header:Idempotency-Key", message="1 to 255 printable ASCII characters"
-        )
-        raise _BadRequest(ErrorAnswer(error="invalid_request", fields=(problem,)))
+        raise _bad_idempotency_key("1 to 255 printable ASCII characters")
     return IdempotencyClaim(client_id=client, key=key, request_hash=digest)
+
+
+def _bad_idempotency_key(message: str) -> _BadRequest:
+    problem = FieldProblem(path="header:Idempotency-Key", message=message)
+    return _BadRequest(ErrorAnswer(error="invalid_request", fields=(problem,)))
 
 
 def _results(saves: Sequence[SaveIn], decisions: Sequence[AdmissionDecision]) -> list[SaveResult]:
