@@ -60,7 +60,10 @@ def _operation(summary: str, body: type[BaseModel], answer: type[BaseModel]) -> 
                     "name": "Idempotency-Key",
                     "in": "header",
                     "required": False,
-                    "description": "a repeat with the same key returns the first answer",
+                    "description": (
+                        "a repeat with the same key returns the first answer; "
+                        "given more than once, the request is a 400"
+                    ),
                     "schema": {"type": "string", "minLength": 1, "maxLength": 255},
                 }
             ],
@@ -78,6 +81,9 @@ def _operation(summary: str, body: type[BaseModel], answer: type[BaseModel]) -> 
 
 def openapi_document(policy: SaveApiPolicy) -> dict[str, Any]:
     _, schemas = models_json_schema(_MODELS, ref_template=_REF)
+    definitions = schemas.get("$defs", {})
+    # The batch bound is the policy's (`max_batch`), not the model's: set where it applies.
+    definitions[SaveBatchIn.__name__]["properties"]["saves"]["maxItems"] = policy.max_batch
     return {
         "openapi": "3.1.0",
         "info": {"title": "connector-push save API", "version": "1"},
@@ -88,7 +94,7 @@ def openapi_document(policy: SaveApiPolicy) -> dict[str, Any]:
             ),
         },
         "components": {
-            "schemas": schemas.get("$defs", {}),
+            "schemas": definitions,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
