@@ -14,7 +14,14 @@ from rich.markup import escape
 from cli.database import bad_input, read_text_file
 from cli.errors import EXIT_UNAVAILABLE, CliError, fail, load_settings
 from ingress.admission import DatabaseUrlUnreadable
-from ingress.config import ConfigError, IngressSettings, PolicyLocation, parse_policy, readback
+from ingress.config import (
+    ConfigError,
+    IngressSettings,
+    PolicyLocation,
+    parse_policy,
+    readback,
+    refuse_shared_save_api_keys,
+)
 from ingress.server import serve
 from protocol.ingress_policy import IngressPolicy
 
@@ -67,6 +74,22 @@ def _print_readback(data: dict[str, object]) -> None:
         )
         if "batch" in endpoint:
             console.print(f"  batch: {endpoint['batch']}", highlight=False)
+    save_api = data["save_api"]
+    if not isinstance(save_api, dict):
+        console.print("save_api: not served", highlight=False)
+        return
+    console.print(
+        f"save_api: POST /v1/saves, /v1/saves/batch max_batch={save_api['max_batch']} "
+        f"body_limit={save_api['body_limit']} deadline_ms={save_api['deadline_ms']} "
+        f"wake_timeout_ms={save_api['wake_timeout_ms']}",
+        highlight=False,
+    )
+    for client in save_api["clients"]:
+        console.print(
+            f"- client {client['name']} key_env={client['key_env']} "
+            f"key_present={client['key_present']}",
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -78,7 +101,11 @@ def register(app: typer.Typer) -> None:
         ctx.obj = config
         if ctx.invoked_subcommand is None:
             path = _policy_path(config)
-            _read_policy(path)  # a bad file is bad input (exit 2), as for `readback`
+            policy = _read_policy(path)  # a bad file is bad input (exit 2), as for `readback`
+            try:
+                refuse_shared_save_api_keys(policy, os.environ)
+            except ConfigError as exc:
+                bad_input(f"{path}: {exc}")
             settings = load_settings(IngressSettings)
             try:
                 serve(path, settings)

@@ -15,7 +15,13 @@ import yaml
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from protocol.ingress_policy import BATCH_RULE, Endpoint, IngressPolicy, WebhookEndpoint
+from protocol.ingress_policy import (
+    BATCH_RULE,
+    Endpoint,
+    IngressPolicy,
+    WebhookEndpoint,
+    and_list,
+)
 
 
 class ConfigError(Exception):
@@ -155,10 +161,28 @@ def resolve_save_api_keys(
 ) -> dict[str, SecretStr]:
     """Each save-API client's bearer key from the variable it names; refuse if any is unset
     or not UTF-8."""
-    return {
+    keys = {
         client.name: _secret(environ, client.key_env, f"save_api client {client.name}:")
         for client in (policy.save_api.clients if policy.save_api else ())
     }
+    refuse_shared_save_api_keys(policy, environ)
+    return keys
+
+
+def refuse_shared_save_api_keys(policy: IngressPolicy, environ: Mapping[str, str]) -> None:
+    """Refuse save-API clients whose variables hold one key: a request would be taken for
+    one of them and their idempotency scopes would merge. Names the clients, never the key;
+    variables unset are left to `resolve_save_api_keys`."""
+    holders: dict[str, list[str]] = {}
+    for client in policy.save_api.clients if policy.save_api else ():
+        if value := environ.get(client.key_env):
+            holders.setdefault(value, []).append(client.name)
+    for names in holders.values():
+        if len(names) > 1:
+            raise ConfigError(
+                f"save_api clients {and_list(names)} have the same key "
+                "(their key_env variables hold one value): each client needs its own key"
+            )
 
 
 def readback(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, object]:
@@ -180,4 +204,23 @@ def readback(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, obj
         "head_timeout_ms": policy.head_timeout_ms,
         "max_connections": policy.max_connections,
         "endpoints": endpoints,
+        "save_api": _save_api_readback(policy, environ),
+    }
+
+
+def _save_api_readback(policy: IngressPolicy, environ: Mapping[str, str]) -> object:
+    """The save API's clients (whether each key variable is set, never the key) and limits;
+    None when it is not served."""
+    save_api = policy.save_api
+    if save_api is None:
+        return None
+    return {
+        "clients": [
+            {"name": c.name, "key_env": c.key_env, "key_present": bool(environ.get(c.key_env))}
+            for c in save_api.clients
+        ],
+        "max_batch": save_api.max_batch,
+        "body_limit": save_api.body_limit,
+        "deadline_ms": save_api.deadline_ms,
+        "wake_timeout_ms": save_api.wake_timeout_ms,
     }

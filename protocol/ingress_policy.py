@@ -12,6 +12,8 @@ Rules kept in this module:
 5. The server itself is bounded too: the time to receive a request head and the
    number of connections served at once have defaults and can only be lowered
    or raised within limits, never switched off.
+6. Each save-API client has a key of its own: two clients sharing one (one variable
+   here, or two holding one value, checked where the values are read) are refused.
 """
 
 from __future__ import annotations
@@ -224,12 +226,33 @@ class IngressPolicy(_Strict):
         unknown = (self.ack_drop_endpoints or frozenset()) - webhooks
         if unknown:
             raise ValueError(f"ack_drop_endpoints names no webhook endpoint: {sorted(unknown)}")
+        self._one_key_variable_per_client()
         return self
+
+    def _one_key_variable_per_client(self) -> None:
+        """Rule 6: a bearer key identifies one client (its idempotency scope); clients that
+        read one variable would share a key. Named by client, never by the variable (a key
+        pasted where its name belongs would be shown)."""
+        clients = self.save_api.clients if self.save_api else ()
+        readers: dict[str, list[str]] = {}
+        for client in clients:
+            readers.setdefault(client.key_env, []).append(client.name)
+        for names in readers.values():
+            if len(names) > 1:
+                raise ValueError(
+                    f"save_api clients {and_list(names)} read one key_env: "
+                    "each client needs its own key"
+                )
 
     def mode_of(self, endpoint_name: str) -> EndpointMode:
         if endpoint_name in (self.ack_drop_endpoints or frozenset()):
             return EndpointMode.ACK_DROP
         return EndpointMode.RETRY
+
+
+def and_list(names: list[str]) -> str:
+    """`a and b`, `a, b and c`."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 __all__ = [
@@ -249,4 +272,5 @@ __all__ = [
     "WebhookEndpoint",
     "WorkflowActionEndpoint",
     "WorkflowActionMode",
+    "and_list",
 ]
