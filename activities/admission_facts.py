@@ -16,7 +16,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from activities.packs import ActivePack, get_active_pack
 from db import links as q
 from db import packs as packs_q
 from db.records import Conn
@@ -35,6 +34,7 @@ from protocol.authority import PermissionFacts
 from protocol.gates import association_lookups
 from protocol.snapshots import LinkSnapshot
 from protocol.states import AttemptStatus, LinkStatus
+from services.packs import ActivePack, get_active_pack
 from services.record_store import LocalRecord, PostgresRecordStore
 from services.rows import link_snapshot
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.packs import install_cached
 from db import links as q
 from db.records import Conn
 from protocol.active import resolve_active
 from protocol.drift import Disposition, Finding, classify, fails_closed
+from services.packs import install_cached
 from services.rows import attempt_snapshot, jsonb
 
 

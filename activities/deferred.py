@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncpg
 
-from activities.packs import get_active_pack
 from db import links as q
 from db.records import Conn
 from protocol.active import resolve_active
@@ -13,6 +12,7 @@ from protocol.deferred import Waiting, complete_deferred, deferred_target_keys
 from protocol.request import FreezeFailure
 from protocol.snapshots import ActionConfigSnapshot, CreateRequestSnapshot
 from protocol.states import LinkStatus
+from services.packs import get_active_pack
 from services.rows import jsonb
 
 

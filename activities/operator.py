@@ -23,7 +23,6 @@ from activities.evidence import (
 )
 from activities.link_base import require_cas
 from activities.mirror import finalize_with_mirror
-from activities.packs import get_active_pack
 from activities.patch import validated_values
 from db import audit as audit_q
 from db import links as q
@@ -39,6 +38,7 @@ from protocol.operator import OperatorAction, check_operator_action
 from protocol.recovery import Decision, Step, next_step
 from protocol.remote_ids import RemoteIdError, check_remote_id
 from protocol.states import LinkStatus, ProtocolError
+from services.packs import get_active_pack
 from services.rows import jsonb, link_snapshot, request_of
 
 ViewFn = Callable[[Conn, str], Awaitable[LinkView]]

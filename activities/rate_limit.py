@@ -26,7 +26,6 @@ from temporalio.api.taskqueue.v1 import RateLimit
 from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
 from temporalio.client import Client
 
-from activities.packs import active_manifests, get_install
 from db.bounded import bounded_transaction
 from db.notify import PACKS_CHANGED_CHANNEL, database_key, listening
 from db.rate_limits import select_link_budget_row
@@ -41,6 +40,7 @@ from protocol.rate_limit import (
     fairness_weight,
 )
 from protocol.snapshots import CreateRequestSnapshot
+from services.packs import active_manifests, get_install
 
 # Requests/s of a key at weight 1: keyless activities share the "" key at this rate.
 FAIRNESS_DEFAULT_PER_SECOND = 1000.0

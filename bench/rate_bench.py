@@ -51,7 +51,6 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from activities.packs import apply_pack
 from bench.cpu import cpu_seconds
 from bench.ingress_bench import ROOT, record
 from bench.stack import DATABASE, EXAMPLES, BenchStack, bench_stack
@@ -59,6 +58,7 @@ from cli.stack.process import stop_process
 from sandbox.client import SandboxClient
 from sandbox.config import RateLimitConfig
 from sandbox.rate_limit import AppliedRequest, RateLimitReport, RateLimitSettings
+from services.packs import apply_pack
 
 TASK_QUEUE: Final = "connector-push"
 OWNER: Final = "demo-owner"

@@ -35,7 +35,6 @@ import yaml
 
 from activities import revalidation as revalidation
 from activities.admission import admit_locked
-from activities.packs import apply_pack
 from bench.ingress_bench import prepare_database, record
 from bench.stack import EXAMPLES, FIELDS
 from cli.stack.postgres import EmbeddedPostgres, free_port
@@ -43,6 +42,7 @@ from db import links as links_q
 from protocol.admission import CreateReserved, SaveRequest
 from protocol.identity import link_key
 from protocol.revalidation import Approval, RevalidationStatus, parse_manifest
+from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 from services.rows import link_values
 

@@ -31,7 +31,6 @@ import asyncpg
 import httpx
 import yaml
 
-from activities.packs import apply_pack
 from bench.ingress_bench import (
     ROOT,
     _wait_healthy,
@@ -41,6 +40,7 @@ from bench.ingress_bench import (
     record,
 )
 from cli.stack.postgres import free_port
+from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 
 KEY: Final = "bench-save-api-key"

@@ -20,12 +20,12 @@ import yaml
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.packs import apply_pack
 from cli.stack.devconfig import load_dev_config
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import free_ports, stop_process
 from cli.stack.temporal import TemporalDevServer
 from db.migrate import apply_migrations
+from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

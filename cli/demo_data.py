@@ -11,13 +11,13 @@ from pathlib import Path
 
 import asyncpg
 
-from activities.packs import ApplyOutcome, apply_pack, get_active_pack
 from cli.database import open_connection, read_document
 from cli.pack_cmd import validate_manifest_document
 from cli.records_cmd import validate_records_file
 from cli.stack.derived import replace_keys, service_url
 from cli.stack.devconfig import DevConfig
 from protocol.manifest import PackManifest
+from services.packs import ApplyOutcome, apply_pack, get_active_pack
 from services.record_loader import load_records
 
 

@@ -13,16 +13,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from activities.packs import (
-    ActivePack,
-    ApplyOutcome,
-    ApplyPackResult,
-    ApplyPreview,
-    active_manifests,
-    apply_pack,
-    get_active_pack,
-    preview_apply,
-)
 from activities.rate_limit import ensure_fairness_limit
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
@@ -32,6 +22,15 @@ from db import packs as q
 from db.records import Conn
 from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
 from protocol.rate_limit import budget_rates
+from services.pack_preview import ApplyPreview, preview_apply
+from services.packs import (
+    ActivePack,
+    ApplyOutcome,
+    ApplyPackResult,
+    active_manifests,
+    apply_pack,
+    get_active_pack,
+)
 from worker.client import connect_temporal
 from worker.settings import RuntimeSettings
 

@@ -24,7 +24,6 @@ from rich.live import Live
 from rich.text import Text
 from temporalio.client import Client
 
-from activities.packs import get_active_pack
 from activities.rate_limit import pack_change_listener
 from activities.save_entry import WakeStatus, admit_one, wake_best_effort
 from cli.database import AsJson, DatabaseUrl, bad_input, echo_json, resolve_dsn
@@ -34,6 +33,7 @@ from db import push as q
 from protocol.admission import ObservedActiveAttempt, Rejected, SaveRequest
 from protocol.identity import link_key
 from protocol.states import ATTEMPT_RELEASED, AttemptStatus
+from services.packs import get_active_pack
 
 PAGE: Final = 200
 EXIT_INTERRUPTED: Final = 130

@@ -19,7 +19,6 @@ from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from activities import revalidation as revalidation_activity
-from activities.packs import validate_create_paths
 from activities.revalidation import (
     LockTableTooSmall,
     OnStep,
@@ -50,6 +49,7 @@ from protocol.revalidation import (
     RevalidationStatus,
     parse_manifest,
 )
+from services.packs import validate_create_paths
 
 EXIT_ALREADY_APPLIED: Final = 4
 # Progress bars only where they help; small manifests finish before one would draw.

@@ -26,13 +26,13 @@ import yaml
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.packs import apply_pack
 from bench.stack import EXAMPLES
 from cli.stack.devconfig import load_dev_config
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import free_ports, stop_process
 from cli.stack.temporal import TemporalDevServer
 from db.migrate import apply_migrations
+from services.packs import apply_pack
 
 DATABASE = "chaos"
 TASK_QUEUE = "connector-push"

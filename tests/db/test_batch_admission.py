@@ -23,7 +23,6 @@ import yaml
 from activities.admission import admit_all_locked, admit_locked
 from activities.admission_facts import SaveToAdmit, load_facts
 from activities.backfill import apply_backfill
-from activities.packs import apply_pack, get_active_pack
 from activities.revalidation import OwnerOutcome, OwnerRequest, revalidate_owner
 from activities.save_entry import admit_batch
 from db import links as links_q
@@ -44,6 +43,7 @@ from protocol.gates import association_lookups
 from protocol.identity import link_key
 from protocol.revalidation import Approval
 from protocol.states import AttemptStatus, LinkStatus
+from services.packs import apply_pack, get_active_pack
 from services.record_loader import load_records, parse_records_document
 from services.record_store import PostgresRecordStore
 from services.rows import attempt_summary, link_snapshot

@@ -13,17 +13,17 @@ import asyncpg
 import pytest
 import yaml
 
-from activities.packs import (
-    ApplyOutcome,
-    apply_pack,
-    get_active_pack,
-    preview_apply,
-    validate_create_paths,
-)
 from db import packs as q
 from db.records import Conn
 from protocol.manifest import ManifestInvalid, parse_manifest
 from protocol.snapshots import ProfileSnapshot
+from services.pack_preview import preview_apply
+from services.packs import (
+    ApplyOutcome,
+    apply_pack,
+    get_active_pack,
+    validate_create_paths,
+)
 from tests.db import rows
 
 DEMO_PACK = Path(__file__).resolve().parents[2] / "examples" / "demo-pack.yaml"

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from activities import rate_limit
-from activities.packs import apply_pack
 from activities.rate_limit import _cached_rates, pack_change_listener, warm_budget_rates
+from services.packs import apply_pack
 from tests.e2e.support import eventually
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

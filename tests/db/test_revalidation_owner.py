@@ -12,11 +12,11 @@ import asyncpg
 import pytest
 
 from activities import revalidation
-from activities.packs import apply_pack
 from activities.revalidation import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from protocol.manifest import parse_manifest
 from protocol.revalidation import Approval
 from protocol.snapshots import ActionConfigSnapshot
+from services.packs import apply_pack
 from tests.db import rows
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)

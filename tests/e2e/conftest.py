@@ -21,12 +21,12 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.hooks import DispatchHooks
-from activities.packs import apply_pack
 from protocol.admission import AdmissionDecision, SaveRequest
 from protocol.identity import link_key
 from sandbox.client import SandboxClient
 from sandbox.config import SandboxConfig
 from sandbox.server import BackgroundSandbox
+from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 from worker.crm import report_save, workflow_id
 from worker.runtime import build_worker, remote_http_client

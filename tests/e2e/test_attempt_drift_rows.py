@@ -19,11 +19,11 @@ import asyncpg
 import pytest
 
 from activities.hooks import DispatchHooks
-from activities.packs import apply_pack, get_active_pack
 from db import packs as packs_q
 from protocol.admission import CreateReserved
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
+from services.packs import apply_pack, get_active_pack
 from tests.e2e.conftest import OWNER, Stack, company_key, contact_key, deal_key, demo_manifest
 from tests.e2e.support import eventually
 from tests.e2e.test_patch_path import Doc, apply_edit

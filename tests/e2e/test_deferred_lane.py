@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from activities.packs import apply_pack
 from protocol.admission import DeferredAssociationReserved, ObservedActiveAttempt
 from protocol.identity import link_workflow_id
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
+from services.packs import apply_pack
 from tests.e2e.conftest import Stack, company_key, contact_key, demo_manifest
 from tests.e2e.support import eventually
 from tests.e2e.test_operator import WHO, _cli, cli_env  # noqa: F401 (cli_env: a fixture)

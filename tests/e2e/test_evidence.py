@@ -20,7 +20,6 @@ import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
-from activities.packs import apply_pack
 from db import journal as jq
 from protocol.admission import CreateReserved, PatchQueued
 from protocol.messages import (
@@ -33,6 +32,7 @@ from sandbox.client import SandboxClient
 from sandbox.config import SandboxConfig
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
+from services.packs import apply_pack
 from tests.e2e.conftest import EXAMPLES, Stack, company_key, contact_key, deal_key, demo_manifest
 from tests.e2e.rig import SteerableHooks
 from tests.e2e.support import eventually

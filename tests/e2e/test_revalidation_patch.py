@@ -16,10 +16,10 @@ import asyncpg
 import httpx
 from typer.testing import CliRunner
 
-from activities.packs import apply_pack
 from cli.main import app
 from protocol.admission import PatchQueued
 from sandbox.server import BackgroundSandbox
+from services.packs import apply_pack
 from tests.e2e.conftest import Stack, contact_key, demo_manifest
 from tests.e2e.support import eventually
 

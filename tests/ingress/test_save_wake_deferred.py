@@ -20,12 +20,12 @@ import yaml
 from temporalio.client import Client
 
 from activities import rate_limit
-from activities.packs import apply_pack
 from activities.save_entry import WakeStatus, admit_one, wake_best_effort
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import free_port
 from db.migrate import apply_migrations
 from protocol.admission import AdmissionDecision, CreateReserved, SaveRequest
+from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 from tests.e2e.conftest import EXAMPLES, demo_manifest
 from tests.e2e.save_api_support import AUTH, save_api_config, save_body

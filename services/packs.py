@@ -14,23 +14,13 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from db import audit as audit_q
-from db import links as links_q
 from db import packs as q
 from db.records import Conn
-from protocol.active import ActiveMetadata, resolve_active
 from protocol.audit import AuditCommand, AuditEntry
-from protocol.drift import (
-    INSTALL_REASONS,
-    Disposition,
-    DriftSurface,
-    Finding,
-    classify,
-    fails_closed,
-)
+from protocol.drift import INSTALL_REASONS, DriftSurface
 from protocol.errors import drift_reason
 from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
 from protocol.snapshots import manifest_digest
-from services.rows import attempt_snapshot, link_snapshot
 
 # Manifest lineage entries name action slots (protocol/manifest.py checks them so).
 ACTION_SLOT: str = "action"
@@ -97,7 +87,8 @@ def create_path_changes(
     ]
 
 
-def _previous_manifest(row: q.PackInstallRow | None) -> PackManifest | None:
+def previous_manifest(row: q.PackInstallRow | None) -> PackManifest | None:
+    """The manifest of the install `row` names, if there is one and it still parses."""
     if row is None:
         return None
     try:
@@ -179,7 +170,7 @@ async def apply_pack(
         suspended = await q.suspend_removed_slot_links(
             conn, owner, kept, REMOVED_SLOT_REASON, DriftSurface.ACTION_RECREATED.value, install
         )
-        changed = create_path_changes(_previous_manifest(current), manifest)
+        changed = create_path_changes(previous_manifest(current), manifest)
         if changed:
             await q.record_create_path_changes(conn, owner, changed, install)
         waiting = sum(await q.count_awaiting_revalidation(conn, owner, install, INSTALL_REASONS))
@@ -234,7 +225,8 @@ _INSTALLS: dict[str, ActivePack] = {}
 _INSTALLS_MAX = 64
 
 
-async def _active_pack(conn: Conn, row: q.PackInstallRow) -> ActivePack:
+async def pack_of_install(conn: Conn, row: q.PackInstallRow) -> ActivePack:
+    """The parsed install `row` names, cached by its id (an install never changes)."""
     cached = _INSTALLS.get(row.pack_install_id)
     if cached is not None:
         return cached
@@ -258,7 +250,7 @@ async def get_active_pack(conn: Conn, owner_key: str) -> ActivePack | None:
     row = await q.select_active_install(conn, owner_key)
     if row is None:
         return None
-    pack = await _active_pack(conn, row)
+    pack = await pack_of_install(conn, row)
     if row.create_blocked:
         return pack.model_copy(update={"create_blocked": frozenset(row.create_blocked)})
     return pack
@@ -267,7 +259,7 @@ async def get_active_pack(conn: Conn, owner_key: str) -> ActivePack | None:
 async def get_install(conn: Conn, pack_install_id: str) -> ActivePack | None:
     """One install by id, active or not (its manifest re-validated, then cached)."""
     row = await q.select_install(conn, pack_install_id)
-    return None if row is None else await _active_pack(conn, row)
+    return None if row is None else await pack_of_install(conn, row)
 
 
 async def install_cached(conn: Conn, pack_install_id: str) -> ActivePack | None:
@@ -311,156 +303,3 @@ async def validate_create_paths(
         if entries:
             await audit_q.append_many(conn, entries)
     return validated
-
-
-# -- pack apply --dry-run (C-4): what the new install would do, nothing written ----------
-
-PREVIEW_INSTALL_ID = "(new install)"
-PREVIEW_PAGE = 1000
-
-
-class Effect(StrEnum):
-    """How a drift disposition reads for an operator deciding whether to apply."""
-
-    BENIGN = "benign"
-    FAIL_CLOSED = "fail closed"
-    MIRROR_BLOCKED = "mirror blocked"
-    BLOCKS_CREATES = "blocks creates"
-
-
-_EFFECTS: dict[Disposition, Effect] = {
-    Disposition.BENIGN: Effect.BENIGN,
-    Disposition.FROZEN_NO_EFFECT: Effect.BENIGN,
-    Disposition.MIRROR_BLOCKED: Effect.MIRROR_BLOCKED,
-    Disposition.FAIL_CLOSED: Effect.FAIL_CLOSED,
-}
-
-
-class SurfaceImpact(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    surface: str
-    subject: str  # "links", "attempts" or "creates" (action slots)
-    disposition: str
-    effect: Effect
-    count: int
-    examples: tuple[str, ...]
-
-
-class ApplyPreview(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    connector_owner_key: str
-    manifest_digest: str
-    current_pack_install_id: str | None
-    unchanged: bool
-    links_examined: int = 0
-    attempts_examined: int = 0
-    links_failing_closed: int = 0
-    impacts: tuple[SurfaceImpact, ...] = ()
-
-
-class _Tally:
-    def __init__(self) -> None:
-        self.counts: dict[tuple[str, str, Disposition], int] = {}
-        self.examples: dict[tuple[str, str, Disposition], list[str]] = {}
-
-    def add(self, subject: str, key: str, findings: list[Finding]) -> None:
-        for f in findings:
-            slot = (f.surface.value, subject, f.disposition)
-            self.counts[slot] = self.counts.get(slot, 0) + 1
-            shown = self.examples.setdefault(slot, [])
-            if len(shown) < EXAMPLES:
-                shown.append(key)
-
-    def impacts(self) -> list[SurfaceImpact]:
-        return [
-            SurfaceImpact(
-                surface=surface,
-                subject=subject,
-                disposition=disposition.value,
-                effect=_EFFECTS[disposition],
-                count=count,
-                examples=tuple(self.examples[(surface, subject, disposition)]),
-            )
-            for (surface, subject, disposition), count in sorted(self.counts.items())
-        ]
-
-
-async def preview_apply(
-    conn: Conn, document: Mapping[str, object] | PackManifest, *, reinstall: bool = False
-) -> ApplyPreview:
-    """`pack apply --dry-run`: per drift surface, what activating `document` would do to the
-    owner's finalized links and active attempts (the classifier's own verdicts against the
-    would-be install), and which action slots' creates it would block. Reads only, page by
-    page; writes nothing."""
-    manifest = document if isinstance(document, PackManifest) else parse_manifest(document)
-    digest = manifest_digest(manifest)
-    owner = manifest.connector_owner_key
-    current = await q.select_active_install(conn, owner)
-    preview = ApplyPreview(
-        connector_owner_key=owner,
-        manifest_digest=digest,
-        current_pack_install_id=current.pack_install_id if current else None,
-        unchanged=current is not None and current.manifest_digest == digest and not reinstall,
-    )
-    if preview.unchanged:
-        return preview
-    ancestors: frozenset[str] = frozenset()
-    if current is not None and not reinstall:
-        old = await _active_pack(conn, current)
-        ancestors = frozenset({current.pack_install_id, *old.ancestors})
-    tally = _Tally()
-    resolved: dict[tuple[str, str], ActiveMetadata] = {}
-
-    def active_for(action_slot: str, destination_slot: str) -> ActiveMetadata:
-        slot = (action_slot, destination_slot)
-        if slot not in resolved:
-            resolved[slot] = resolve_active(
-                manifest, PREVIEW_INSTALL_ID, action_slot, destination_slot, ancestors
-            )
-        return resolved[slot]
-
-    links = failing = 0
-    after = ""
-    while page := await links_q.owner_finalized_links_page(conn, owner, after, PREVIEW_PAGE):
-        for row in page:
-            link = link_snapshot(row)
-            findings = classify(
-                link, active_for(link.slot.action_slot_id, row["destination_slot_id"])
-            )
-            tally.add("links", link.link_key, findings)
-            failing += fails_closed(findings)
-        links += len(page)
-        after = page[-1]["link_key"]
-    attempts = 0
-    after = ""
-    while page := await links_q.owner_active_attempts_page(conn, owner, after, PREVIEW_PAGE):
-        for row in page:
-            attempt = attempt_snapshot(row)
-            slot = attempt.slot
-            findings = classify(attempt, active_for(slot.action_slot_id, slot.destination_slot_id))
-            tally.add("attempts", attempt.link_key, findings)
-        attempts += len(page)
-        after = page[-1]["link_key"]
-    impacts = tally.impacts()
-    changed = create_path_changes(_previous_manifest(current), manifest)
-    if changed:
-        impacts.append(
-            SurfaceImpact(
-                surface=DriftSurface.CREATE_PATH.value,
-                subject="creates",
-                disposition="blocked_until_validated",
-                effect=Effect.BLOCKS_CREATES,
-                count=len(changed),
-                examples=tuple(slot for slot, _, _ in changed[:EXAMPLES]),
-            )
-        )
-    return preview.model_copy(
-        update={
-            "links_examined": links,
-            "attempts_examined": attempts,
-            "links_failing_closed": failing,
-            "impacts": tuple(impacts),
-        }
-    )
