@@ -20,12 +20,7 @@ import asyncpg
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import remote
-from activities.attempt_drift import drift_refusal
-from activities.deferred import resolve_deferred
-from activities.evidence import attempt_recovery, owner_of_remote_id, record_try, retry_delay
-from activities.link_base import fail, require_cas
-from activities.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
+from activities.link_base import fail
 from activities.patch_dispatch import PatchDispatch
 from db import journal as jq
 from db import links as q
@@ -57,6 +52,12 @@ from protocol.outcome import (
 from protocol.recovery import Decision, Step, next_step, on_definite_rejection
 from protocol.request import FreezeFailure, locator_lookup_path
 from protocol.snapshots import CreateRequestSnapshot
+from services import remote
+from services.attempt_drift import drift_refusal
+from services.cas import require_cas
+from services.deferred import resolve_deferred
+from services.evidence import attempt_recovery, owner_of_remote_id, record_try, retry_delay
+from services.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
 from services.record_store import PostgresRecordStore
 from services.rows import link_view, request_of
 

@@ -34,16 +34,6 @@ def fail(kind: E, message: str, view: LinkView) -> ApplicationError:
     )
 
 
-def require_cas(applied: object, what: str) -> None:
-    """ARCH-2: a compare-and-set that matched no row is a conflict, never ignored."""
-    if not applied:
-        raise ApplicationError(
-            f"{what}: the row was not in the expected state (concurrent change)",
-            type=E.TRANSITION_CONFLICT.value,
-            non_retryable=True,
-        )
-
-
 class LinkActivityBase:
     """Bound to the worker's pool and HTTP client (and the test seams)."""
 

@@ -15,14 +15,6 @@ from pydantic import JsonValue
 from temporalio.exceptions import ApplicationError
 
 from activities.admission import admit_locked
-from activities.evidence import (
-    attempt_recovery,
-    frozen_patch_profile,
-    owner_of_remote_id,
-    patch_recovery,
-)
-from activities.link_base import require_cas
-from activities.mirror import finalize_with_mirror
 from activities.patch import validated_values
 from db import audit as audit_q
 from db import links as q
@@ -38,6 +30,14 @@ from protocol.operator import OperatorAction, check_operator_action
 from protocol.recovery import Decision, Step, next_step
 from protocol.remote_ids import RemoteIdError, check_remote_id
 from protocol.states import LinkStatus, ProtocolError
+from services.cas import require_cas
+from services.evidence import (
+    attempt_recovery,
+    frozen_patch_profile,
+    owner_of_remote_id,
+    patch_recovery,
+)
+from services.mirror import finalize_with_mirror
 from services.packs import get_active_pack
 from services.rows import jsonb, link_snapshot, request_of
 

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from pydantic import JsonValue
 from temporalio import activity
 
-from activities import remote
 from activities.link_base import LinkActivityBase
 from activities.patch import PatchSend, plan_patch, record_outcome
 from db import journal as jq
@@ -30,6 +29,7 @@ from protocol.outcome import (
 from protocol.readback import readback_matches, readback_path
 from protocol.recovery import Step, on_patch_conflict
 from protocol.snapshots import LinkSnapshot, ProfileSnapshot
+from services import remote
 
 
 class PatchDispatch(LinkActivityBase):

@@ -20,6 +20,7 @@ OURS = frozenset(
     {
         "protocol",
         "activities",
+        "services",
         "workflows",
         "db",
         "worker",

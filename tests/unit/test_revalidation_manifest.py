@@ -355,12 +355,12 @@ ENTRY_POINTS = ("activities.revalidation", "db.revalidation", "protocol.revalida
 FORBIDDEN = (
     "httpx",
     "temporalio",
-    "activities.remote",
+    "services.remote",
     "services.record_store",
     "services.record_loader",
     "activities.link",
     "activities.patch",
-    "activities.mirror",
+    "services.mirror",
     "activities.admission",
     "db.links",
     "db.patches",
@@ -382,7 +382,7 @@ def _imports(module: str) -> set[tuple[str, tuple[str, ...]]]:
 
 def _closure() -> set[str]:
     """Our modules the entry points reach; db.records is allowed only for the `Conn` alias."""
-    ours = ("protocol", "db", "activities")
+    ours = ("protocol", "db", "activities", "services")
     seen: set[str] = set()
     todo = list(ENTRY_POINTS)
     while todo:

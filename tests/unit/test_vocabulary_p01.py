@@ -3,7 +3,7 @@
 "The protocol is generic L0 integration substrate. It cannot branch on CRM object
 names, tenant-specific fields, profile literals, or vendor-specific endpoints."
 
-Every runtime module (protocol/, activities/, workflows/, db/ with its migrations,
+Every runtime module (protocol/, activities/, services/, workflows/, db/ with its migrations,
 worker/, ingress/, cli/, connector_push_client/) is scanned: its string literals and
 names (Python, by AST) and its SQL (migrations, comments stripped). Docstrings and
 comments are prose, not code: they may cite the vendor a rule was read against, but
@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = ("protocol", "activities", "workflows", "db", "worker", "ingress", "cli")
+RUNTIME = ("protocol", "activities", "services", "workflows", "db", "worker", "ingress", "cli")
 RUNTIME_PACKAGES = (*RUNTIME, "connector_push_client")
 EXAMPLES = ROOT / "examples"
 
@@ -275,7 +275,7 @@ def test_every_allowed_literal_is_still_used_where_it_is_allowed(deny: Denylist)
 @pytest.mark.parametrize(
     ("path", "source"),
     [
-        ("activities/remote.py", 'VENDOR = "HubSpot"\n'),
+        ("services/remote.py", 'VENDOR = "HubSpot"\n'),
         ("protocol/gates.py", 'def f(o: str) -> bool:\n    return o == "contacts"\n'),
         ("workflows/link.py", "def push_deal() -> None: ...\n"),
         ("db/links.py", "Q = \"SELECT 1 WHERE profile = 'sandbox-locator'\"\n"),

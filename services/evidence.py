@@ -10,7 +10,6 @@ from typing import Any
 
 import asyncpg
 
-from activities.link_base import require_cas
 from db import journal as jq
 from db import links as q
 from db.records import Conn
@@ -18,6 +17,7 @@ from protocol.outcome import Observation, body_hash, parse_retry_after, send_out
 from protocol.recovery import RecoveryInput, SendKind
 from protocol.snapshots import ProfileSnapshot
 from protocol.states import DispatchLane
+from services.cas import require_cas
 from services.rows import journal_entries, jsonb
 
 # Retry-After absent: wait this long before re-sending a "not applied" request.
