@@ -6,7 +6,6 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.operator import ReadBackEtag, Refresh, apply_operator_action, park_in_flight
 from activities.patch_dispatch import PatchDispatch
 from db import links as q
 from db import patches as pq
@@ -22,6 +21,7 @@ from protocol.messages import (
 )
 from protocol.operator import OperatorAction
 from protocol.readback import update_path_of
+from services.operator import ReadBackEtag, Refresh, apply_operator_action, park_in_flight
 from services.rows import link_snapshot
 
 

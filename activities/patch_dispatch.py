@@ -10,7 +10,6 @@ from pydantic import JsonValue
 from temporalio import activity
 
 from activities.link_base import LinkActivityBase
-from activities.patch import PatchSend, plan_patch, record_outcome
 from db import journal as jq
 from db import links as q
 from protocol.messages import StepKind, StepResult
@@ -30,6 +29,7 @@ from protocol.readback import readback_matches, readback_path
 from protocol.recovery import Step, on_patch_conflict
 from protocol.snapshots import LinkSnapshot, ProfileSnapshot
 from services import remote
+from services.patch import PatchSend, plan_patch, record_outcome
 
 
 class PatchDispatch(LinkActivityBase):

@@ -20,8 +20,6 @@ from typing import Final
 import asyncpg
 from temporalio.client import Client
 
-from activities.admission import admit_all_locked, admit_save, key_or_rejection
-from activities.admission_facts import SaveToAdmit
 from activities.rate_limit import reservation_budget
 from activities.wake import wake_link
 from db import links as links_q
@@ -38,6 +36,8 @@ from protocol.admission import (
 from protocol.errors import RejectReason
 from protocol.rate_limit import RemoteBudgetResult
 from protocol.summary import LinkFacts, facts_of_save
+from services.admission import admit_all_locked, admit_save, key_or_rejection
+from services.admission_facts import SaveToAdmit
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,6 @@ import asyncpg
 import yaml
 
 from activities import revalidation as revalidation
-from activities.admission import admit_locked
 from bench.ingress_bench import prepare_database, record
 from bench.stack import EXAMPLES, FIELDS
 from cli.stack.postgres import EmbeddedPostgres, free_port
@@ -42,6 +41,7 @@ from db import links as links_q
 from protocol.admission import CreateReserved, SaveRequest
 from protocol.identity import link_key
 from protocol.revalidation import Approval, RevalidationStatus, parse_manifest
+from services.admission import admit_locked
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 from services.rows import link_values

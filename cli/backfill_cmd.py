@@ -14,7 +14,11 @@ from rich.markup import escape
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from activities.backfill import (
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, resolve_dsn
+from cli.errors import EXIT_REJECTED, fail, required_text
+from db.records import Conn
+from protocol.backfill_facts import Outcome, RecordDecision
+from services.backfill import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_OPERATOR,
     ActivePackChanged,
@@ -23,10 +27,6 @@ from activities.backfill import (
     apply_backfill,
     plan_backfill,
 )
-from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, resolve_dsn
-from cli.errors import EXIT_REJECTED, fail, required_text
-from db.records import Conn
-from protocol.backfill_facts import Outcome, RecordDecision
 
 # Runs looking at more records than this show a progress bar (on stderr).
 PROGRESS_THRESHOLD: Final = 100

@@ -15,14 +15,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from activities.admission import admit_save
-from activities.backfill import apply_backfill, plan_backfill
 from cli.main import app
 from db import records as records_q
 from db.records import Conn
 from protocol.admission import CreateReserved, PatchQueued, SaveRequest
 from protocol.backfill_facts import Outcome, RecordDecision, RejectReason
 from protocol.identity import link_key
+from services.admission import admit_save
+from services.backfill import apply_backfill, plan_backfill
 from services.packs import apply_pack
 
 R = RejectReason

@@ -20,9 +20,6 @@ import asyncpg
 import pytest
 import yaml
 
-from activities.admission import admit_all_locked, admit_locked
-from activities.admission_facts import SaveToAdmit, load_facts
-from activities.backfill import apply_backfill
 from activities.revalidation import OwnerOutcome, OwnerRequest, revalidate_owner
 from activities.save_entry import admit_batch
 from db import links as links_q
@@ -43,6 +40,9 @@ from protocol.gates import association_lookups
 from protocol.identity import link_key
 from protocol.revalidation import Approval
 from protocol.states import AttemptStatus, LinkStatus
+from services.admission import admit_all_locked, admit_locked
+from services.admission_facts import SaveToAdmit, load_facts
+from services.backfill import apply_backfill
 from services.packs import apply_pack, get_active_pack
 from services.record_loader import load_records, parse_records_document
 from services.record_store import PostgresRecordStore

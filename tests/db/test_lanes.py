@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from activities.operator import park_in_flight
 from db import links as q
+from services.operator import park_in_flight
 from tests.db.rows import insert_attempt, insert_link, insert_pack_install, new_link_key
 
 

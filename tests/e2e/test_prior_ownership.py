@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from activities.backfill import apply_backfill
 from activities.wake import wake_link
 from protocol.admission import DeferredAssociationReserved, PatchQueued, Rejected
 from protocol.errors import RejectReason
@@ -23,6 +22,7 @@ from protocol.identity import link_key
 from protocol.messages import RetireInput
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
+from services.backfill import apply_backfill
 from tests.e2e.conftest import OWNER, Stack, company_key, contact_key
 from tests.e2e.support import eventually
 from tests.e2e.test_patch_path import Doc, apply_edit

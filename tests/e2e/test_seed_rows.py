@@ -19,9 +19,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from activities.admission import admit_save
 from activities.hooks import DispatchHooks
-from activities.patch import plan_patch
 from activities.wake import wake_link
 from db.journal import checkpoint_patch
 from db.links import lock_link_key
@@ -30,6 +28,8 @@ from protocol.admission import CreateReserved, PatchQueued, SaveRequest
 from protocol.identity import link_key
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
+from services.admission import admit_save
+from services.patch import plan_patch
 from services.record_loader import load_records, parse_records_document
 from tests.e2e.conftest import OWNER, Stack, contact_key
 from tests.e2e.support import eventually

@@ -359,9 +359,9 @@ FORBIDDEN = (
     "services.record_store",
     "services.record_loader",
     "activities.link",
-    "activities.patch",
+    "services.patch",
     "services.mirror",
-    "activities.admission",
+    "services.admission",
     "db.links",
     "db.patches",
 )

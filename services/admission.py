@@ -1,7 +1,7 @@
 """Synchronous admission of saves (SPEC WF-2, GATE-1, GATE-2): one Postgres transaction.
 
 Loads a plain snapshot of everything the gates need under the link keys' locks
-(`activities.admission_facts`, set-wise: a batch costs a fixed number of statements),
+(`services.admission_facts`, set-wise: a batch costs a fixed number of statements),
 lets `protocol.gates.decide_admission` decide each save in order, and writes only
 what the decisions say: `pending` attempts with their frozen requests, queued
 PATCHes, drift suspensions, or nothing. No remote I/O happens here.
@@ -17,7 +17,6 @@ from typing import Any
 
 import asyncpg
 
-from activities.admission_facts import AdmissionFacts, SaveToAdmit, load_facts
 from db import links as q
 from db import patches as patches_q
 from db.errors import invariant_errors
@@ -39,6 +38,7 @@ from protocol.errors import RejectReason
 from protocol.gates import decide_admission
 from protocol.identity import InvalidIdentityPart, link_key
 from protocol.states import AttemptStatus, LinkStatus
+from services.admission_facts import AdmissionFacts, SaveToAdmit, load_facts
 from services.rows import attempt_values
 
 

@@ -26,7 +26,6 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from activities.admission import load_context
 from db import journal as jq
 from db import links as links_q
 from db import patches as pq
@@ -51,6 +50,7 @@ from protocol.outcome import (
 from protocol.recovery import Step, next_step
 from protocol.snapshots import LinkSnapshot, ProfileSnapshot
 from protocol.states import LinkStatus
+from services.admission import load_context
 from services.cas import require_cas
 from services.evidence import frozen_patch_profile, patch_recovery, record_try, retry_delay
 from services.rows import jsonb, link_snapshot, profile_and_path_columns

@@ -24,7 +24,6 @@ from typing import Any, Final, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from activities.patch import validated_values
 from db import audit as audit_q
 from db import backfill as q
 from db import links as links_q
@@ -50,6 +49,7 @@ from protocol.identity import ACTION_TYPE
 from protocol.manifest import PackManifest, parse_manifest
 from protocol.states import LinkStatus
 from services.packs import ActivePack, get_active_pack
+from services.patch import validated_values
 
 DEFAULT_BATCH_SIZE: Final = 500
 DEFAULT_OPERATOR: Final = "backfill"

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pydantic import JsonValue
 from temporalio.exceptions import ApplicationError
 
-from activities.admission import admit_locked
-from activities.patch import validated_values
 from db import audit as audit_q
 from db import links as q
 from db import patches as pq
@@ -30,6 +28,7 @@ from protocol.operator import OperatorAction, check_operator_action
 from protocol.recovery import Decision, Step, next_step
 from protocol.remote_ids import RemoteIdError, check_remote_id
 from protocol.states import LinkStatus, ProtocolError
+from services.admission import admit_locked
 from services.cas import require_cas
 from services.evidence import (
     attempt_recovery,
@@ -39,6 +38,7 @@ from services.evidence import (
 )
 from services.mirror import finalize_with_mirror
 from services.packs import get_active_pack
+from services.patch import validated_values
 from services.rows import jsonb, link_snapshot, request_of
 
 ViewFn = Callable[[Conn, str], Awaitable[LinkView]]
