@@ -12,7 +12,6 @@ from asyncpg import Record
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.wake import link_facts, signal_with_start
 from db import inbound_queries as q
 from protocol.inbound import (
     REMOTE_DELETED_SIGNAL,
@@ -29,6 +28,7 @@ from protocol.inbound import (
 )
 from protocol.ingress_policy import InboundHandler
 from protocol.messages import LinkWorkflowInput, RemoteEvidence
+from services.wake import link_facts, signal_with_start
 
 
 def event_view(row: Record) -> EventView:

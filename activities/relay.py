@@ -14,9 +14,9 @@ from typing import Final
 import asyncpg
 from temporalio import activity
 
-from activities.wake import link_facts, wake_link
 from db import relay as q
 from protocol.relay import RelayPageInput, RelayPageResult
+from services.wake import link_facts, wake_link
 
 # Signal-with-starts in flight at once: enough to sweep a backlog quickly without
 # flooding the frontend.

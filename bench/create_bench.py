@@ -21,7 +21,6 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
-from activities.rate_limit import pack_change_listener, warm_budget_rates
 from bench.actions import billable_actions, total
 from bench.cpu import cpu_seconds, describe, ms_per_unit
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
@@ -30,6 +29,7 @@ from db.pool import create_pool
 from db.records import Conn
 from protocol.admission import CreateReserved, PatchQueued, SaveRequest
 from protocol.identity import link_workflow_id
+from services.rate_limit import pack_change_listener, warm_budget_rates
 from services.record_loader import load_records, parse_records_document
 from worker.crm import report_save
 from worker.runtime import build_worker, remote_http_client

@@ -36,15 +36,15 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from activities.rate_limit import reservation_budget
-from activities.save_entry import admit_one
-from activities.wake import wake_link
 from bench.ingress_bench import record
 from bench.stack import BenchStack, bench_stack, record_id
 from cli.stack.process import stop_process
 from db.pool import create_pool
 from protocol.admission import CreateReserved, SaveRequest
 from protocol.rate_limit import RemoteBudgetResult
+from services.rate_limit import reservation_budget
+from services.save_entry import admit_one
+from services.wake import wake_link
 from worker.settings import MAX_CACHED_WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[1]

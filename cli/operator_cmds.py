@@ -32,7 +32,6 @@ from temporalio.client import (
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError
 
-from activities.wake import link_facts
 from cli.database import AsJson, DatabaseUrl, open_connection, resolve_dsn
 from cli.entry import run_closing_temporal, runtime_settings, temporal_client
 from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail, required_text
@@ -50,6 +49,7 @@ from protocol.messages import (
 )
 from protocol.remote_ids import RemoteIdError, check_remote_id
 from protocol.summary import LinkFacts
+from services.wake import link_facts
 from worker.crm import wake_link, workflow_id
 from workflows.link import LinkWorkflow
 

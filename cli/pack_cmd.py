@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from activities.rate_limit import ensure_fairness_limit
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
 from cli.entry import cli_runtime, run_closing_temporal
@@ -31,6 +30,7 @@ from services.packs import (
     apply_pack,
     get_active_pack,
 )
+from services.rate_limit import ensure_fairness_limit
 from worker.client import connect_temporal
 from worker.settings import RuntimeSettings
 

@@ -24,8 +24,6 @@ from rich.live import Live
 from rich.text import Text
 from temporalio.client import Client
 
-from activities.rate_limit import pack_change_listener
-from activities.save_entry import WakeStatus, admit_one, wake_best_effort
 from cli.database import AsJson, DatabaseUrl, bad_input, echo_json, resolve_dsn
 from cli.entry import admission_pool, connect_best_effort, run_closing_temporal, runtime_settings
 from cli.errors import EXIT_REJECTED
@@ -34,6 +32,8 @@ from protocol.admission import ObservedActiveAttempt, Rejected, SaveRequest
 from protocol.identity import link_key
 from protocol.states import ATTEMPT_RELEASED, AttemptStatus
 from services.packs import get_active_pack
+from services.rate_limit import pack_change_listener
+from services.save_entry import WakeStatus, admit_one, wake_best_effort
 
 PAGE: Final = 200
 EXIT_INTERRUPTED: Final = 130

@@ -1,6 +1,6 @@
 """`connector-push status [--watch] [--json]`: the operator's dashboard (issue 14 item 4).
 
-The numbers are `activities.status.read_status` (one Postgres snapshot), the same
+The numbers are `services.status.read_status` (one Postgres snapshot), the same
 ones the worker publishes as `connector_push_status_*` gauges; the ingress's 503s
 come from its own `/metrics` when `--ingress-url` names it.
 """
@@ -19,10 +19,10 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from activities.status import read_status
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
 from cli.database import resolve_dsn as _dsn
 from protocol.status import RATE_WINDOW_SECONDS, StatusSnapshot
+from services.status import read_status
 
 _stdout = Console(highlight=False)
 _UNAVAILABLE: Final = re.compile(r"^connector_push_ingress_unavailable_total\{[^}]*\} (\d+)$", re.M)

@@ -25,13 +25,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 from temporalio.client import Client
 
-from activities.save_entry import (
-    BatchOutcome,
-    IdempotencyConflict,
-    WakeStatus,
-    admit_batch,
-    wake_best_effort,
-)
 from db.save_api import IdempotencyClaim
 from ingress.body import read_limited_body
 from ingress.errors import Rejection
@@ -52,6 +45,13 @@ from protocol.save_api import (
     SaveResult,
     answer_for,
     request_hash,
+)
+from services.save_entry import (
+    BatchOutcome,
+    IdempotencyConflict,
+    WakeStatus,
+    admit_batch,
+    wake_best_effort,
 )
 
 log = logging.getLogger(__name__)

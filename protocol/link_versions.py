@@ -2,7 +2,7 @@
 
 Outside replay, the first evaluation of `workflow.patched(id)` in a run records a
 marker in its history, and Temporal Cloud bills the markers of one workflow task as one
-action (`bench.actions`, P8). Every starter of a LinkWorkflow — `activities.wake`
+action (`bench.actions`, P8). Every starter of a LinkWorkflow — `services.wake`
 (`signal_with_start`, the one place a run is started) and the workflow's own
 continue-as-new — runs code that knows the changes listed in `BORN_WITH`, so it names
 them in the run's input (`LinkWorkflowInput.patches`) and the run takes their new path

@@ -13,18 +13,18 @@ from dataclasses import dataclass
 import asyncpg
 from temporalio.client import Client
 
-from activities.save_entry import (
+from protocol.admission import AdmissionDecision, SaveRequest
+from protocol.identity import link_workflow_id
+from services.save_entry import (
     WAKE_TIMEOUT_S,
     WakeStatus,
     admit_one,
     decision_link_key,
     wake_best_effort,
 )
-from activities.wake import wake_link
-from protocol.admission import AdmissionDecision, SaveRequest
-from protocol.identity import link_workflow_id
+from services.wake import wake_link
 
-# The CRM-facing names of the shared wake-up (activities.wake holds the logic).
+# The CRM-facing names of the shared wake-up (services.wake holds the logic).
 workflow_id = link_workflow_id
 __all__ = [
     "SaveOutcome",

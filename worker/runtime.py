@@ -15,8 +15,8 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.hooks import DispatchHooks
-from activities.rate_limit import current_budget_rates, ensure_fairness_limit
 from protocol.timeouts import REMOTE_HTTP_TIMEOUT, WORKER_GRACEFUL_SHUTDOWN
+from services.rate_limit import current_budget_rates, ensure_fairness_limit
 from worker import registry
 from worker.failures import DATA_CONVERTER, is_configured
 from worker.settings import MAX_CACHED_WORKFLOWS

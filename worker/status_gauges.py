@@ -17,8 +17,8 @@ from typing import Final
 import asyncpg
 from temporalio.common import MetricGaugeFloat, MetricMeter
 
-from activities.status import read_status
 from protocol.status import StatusSnapshot, gauges
+from services.status import read_status
 
 STATUS_EVERY: Final = timedelta(seconds=15)
 log = logging.getLogger(__name__)

@@ -21,7 +21,6 @@ import pytest
 import yaml
 
 from activities.revalidation import OwnerOutcome, OwnerRequest, revalidate_owner
-from activities.save_entry import admit_batch
 from db import links as links_q
 from db import packs as packs_q
 from db.records import Conn
@@ -47,6 +46,7 @@ from services.packs import apply_pack, get_active_pack
 from services.record_loader import load_records, parse_records_document
 from services.record_store import PostgresRecordStore
 from services.rows import attempt_summary, link_snapshot
+from services.save_entry import admit_batch
 
 DEMO_PACK = Path(__file__).resolve().parents[2] / "examples" / "demo-pack.yaml"
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)

@@ -9,9 +9,9 @@ import asyncpg
 import pytest
 import yaml
 
-from activities import rate_limit
-from activities.rate_limit import _cached_rates, pack_change_listener, warm_budget_rates
+from services import rate_limit
 from services.packs import apply_pack
+from services.rate_limit import _cached_rates, pack_change_listener, warm_budget_rates
 from tests.e2e.support import eventually
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -16,9 +16,9 @@ import pytest
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from typer.testing import CliRunner
 
-from activities.status import read_status
 from cli.main import app
 from cli.stack.process import free_port
+from services.status import read_status
 from tests.db.rows import (
     insert_attempt,
     insert_link,

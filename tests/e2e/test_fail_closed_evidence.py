@@ -15,7 +15,6 @@ import asyncpg
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from activities.wake import wake_link
 from db import journal as jq
 from protocol.admission import (
     CreateReserved,
@@ -28,6 +27,7 @@ from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services.packs import apply_pack
 from services.rows import jsonb, request_of
+from services.wake import wake_link
 from tests.e2e.conftest import Stack, company_key, contact_key, deal_key, demo_manifest
 from tests.e2e.rig import Rig, SteerableHooks
 from tests.e2e.support import eventually

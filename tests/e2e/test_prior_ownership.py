@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from activities.wake import wake_link
 from protocol.admission import DeferredAssociationReserved, PatchQueued, Rejected
 from protocol.errors import RejectReason
 from protocol.identity import link_key
@@ -23,6 +22,7 @@ from protocol.messages import RetireInput
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services.backfill import apply_backfill
+from services.wake import wake_link
 from tests.e2e.conftest import OWNER, Stack, company_key, contact_key
 from tests.e2e.support import eventually
 from tests.e2e.test_patch_path import Doc, apply_edit

@@ -20,7 +20,6 @@ import asyncpg
 import pytest
 
 from activities.hooks import DispatchHooks
-from activities.wake import wake_link
 from db.journal import checkpoint_patch
 from db.links import lock_link_key
 from db.relay import links_with_pending_work
@@ -31,6 +30,7 @@ from sandbox.server import BackgroundSandbox
 from services.admission import admit_save
 from services.patch import plan_patch
 from services.record_loader import load_records, parse_records_document
+from services.wake import wake_link
 from tests.e2e.conftest import OWNER, Stack, contact_key
 from tests.e2e.support import eventually
 from tests.e2e.test_patch_path import Doc, apply_edit, contact_profile, contact_slot, remote_object

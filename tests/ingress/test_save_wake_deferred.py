@@ -19,14 +19,14 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from activities import rate_limit
-from activities.save_entry import WakeStatus, admit_one, wake_best_effort
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import free_port
 from db.migrate import apply_migrations
 from protocol.admission import AdmissionDecision, CreateReserved, SaveRequest
+from services import rate_limit
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
+from services.save_entry import WakeStatus, admit_one, wake_best_effort
 from tests.e2e.conftest import EXAMPLES, demo_manifest
 from tests.e2e.save_api_support import AUTH, save_api_config, save_body
 from tests.ingress.pg_process import hung, own_postgres

@@ -34,7 +34,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.rate_limit import ensure_fairness_limit
 from cli.stack.temporal import TemporalDevServer
 from protocol.admission import SaveRequest
 from protocol.identity import link_key
@@ -43,6 +42,7 @@ from sandbox.config import RateLimitConfig, SandboxConfig
 from sandbox.rate_limit import AppliedRequest, RateLimitSettings
 from sandbox.server import BackgroundSandbox
 from services.packs import apply_pack
+from services.rate_limit import ensure_fairness_limit
 from services.record_loader import load_records, parse_records_document
 from tests.e2e.support import eventually
 from worker.crm import report_save, workflow_id

@@ -1,7 +1,7 @@
 """Waking a link's workflow: signal-with-start `record_saved` (SPEC WF-1, WF-2).
 
-Shared by the CRM entry (`worker.crm`) and the relay activity. Activities may not
-import workflow classes (layer contract), so the workflow type and signal are
+Shared by the CRM entry (`worker.crm`), the save API and the relay activity. Services
+may not import workflow classes (layer contract), so the workflow type and signal are
 named here once; the relay and every create-path test start workflows through
 this function, so a renamed workflow fails them.
 """

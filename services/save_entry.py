@@ -20,8 +20,6 @@ from typing import Final
 import asyncpg
 from temporalio.client import Client
 
-from activities.rate_limit import reservation_budget
-from activities.wake import wake_link
 from db import links as links_q
 from db import save_api as q
 from db.bounded import bounded_transaction
@@ -38,6 +36,8 @@ from protocol.rate_limit import RemoteBudgetResult
 from protocol.summary import LinkFacts, facts_of_save
 from services.admission import admit_all_locked, admit_save, key_or_rejection
 from services.admission_facts import SaveToAdmit
+from services.rate_limit import reservation_budget
+from services.wake import wake_link
 
 log = logging.getLogger(__name__)
 
