@@ -1,83 +1,14 @@
-"""Retention (SPEC OPS-3): delete finished rows older than a cut-off, in batches.
-
-Never links, attempts, the journal of an unresolved attempt or PATCH, revalidation
-receipts or the audit trail: no query here touches them, and Postgres refuses it
-anyway (migrations 0010, 0040, 0041). Each batch is its own transaction so a long
-prune holds no lock for long; a dry run deletes inside one transaction and rolls
-it back, so its figures are exactly what a real run would delete now.
-"""
+"""The scheduled prune (SPEC OPS-3) as an activity; the deleting is `services.retention`."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import asyncpg
 from temporalio import activity
 
-from db import retention as q
-from db.records import Conn
-from protocol.retention import PruneCounts, PruneInput, PruneReport
-
-
-async def _batch(conn: Conn, before: datetime, request: PruneInput) -> PruneCounts:
-    """One batch of every kind, in foreign-key order."""
-    size = request.batch_size
-    executions = await q.delete_action_executions(conn, before, size)
-    receipts = await q.delete_ingress_receipts(conn, before, size)
-    events = await q.delete_events(conn, before, size)
-    patches, journal = await q.delete_patches(conn, before, size, request.keep_patches_per_link)
-    return PruneCounts(
-        ingress_receipts=receipts,
-        events=events,
-        patches=patches,
-        patch_journal=journal,
-        action_executions=executions,
-    )
-
-
-def _add(a: PruneCounts, b: PruneCounts) -> PruneCounts:
-    return PruneCounts.model_validate(
-        {name: getattr(a, name) + getattr(b, name) for name in PruneCounts.model_fields}
-    )
-
-
-def _empty(counts: PruneCounts) -> bool:
-    return not any(getattr(counts, name) for name in PruneCounts.model_fields)
-
-
-async def prune(conn: Conn, request: PruneInput, now: datetime) -> PruneReport:
-    """Delete (or, dry run, count) every finished row older than `now - older_than`."""
-    before = now - timedelta(seconds=request.older_than_seconds)
-    if request.dry_run:
-        tx = conn.transaction()
-        await tx.start()
-        try:
-            total = await _drain(conn, before, request, in_transaction=True)
-        finally:
-            await tx.rollback()
-    else:
-        total = await _drain(conn, before, request, in_transaction=False)
-    return PruneReport(
-        dry_run=request.dry_run,
-        older_than_seconds=request.older_than_seconds,
-        keep_patches_per_link=request.keep_patches_per_link,
-        counts=total,
-    )
-
-
-async def _drain(
-    conn: Conn, before: datetime, request: PruneInput, *, in_transaction: bool
-) -> PruneCounts:
-    total = PruneCounts()
-    while True:
-        if in_transaction:
-            counts = await _batch(conn, before, request)
-        else:
-            async with conn.transaction():
-                counts = await _batch(conn, before, request)
-        if _empty(counts):
-            return total
-        total = _add(total, counts)
+from protocol.retention import PruneInput, PruneReport
+from services.retention import prune
 
 
 class RetentionActivities:

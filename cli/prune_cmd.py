@@ -10,7 +10,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from activities.retention import prune
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
 from cli.database import resolve_dsn as _dsn
 from protocol.retention import (
@@ -21,6 +20,7 @@ from protocol.retention import (
     PruneReport,
     parse_age,
 )
+from services.retention import prune
 
 _stdout = Console(highlight=False)
 

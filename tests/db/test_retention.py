@@ -14,12 +14,12 @@ import asyncpg
 import pytest
 from typer.testing import CliRunner
 
-from activities.retention import prune
 from cli.main import app
 from db import audit as audit_q
 from db import journal as jq
 from protocol.audit import AuditCommand, AuditEntry
 from protocol.retention import PruneInput
+from services.retention import prune
 from tests.db.rows import (
     insert_attempt,
     insert_event,
