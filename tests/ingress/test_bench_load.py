@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from bench.ingress_bench import PATH, PUBLIC_BASE, SECRET, Sender
+from bench.webhook_load import PATH, PUBLIC_BASE, SECRET, Sender
 from ingress.signature import sign_v3
 
 
