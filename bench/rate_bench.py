@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +53,7 @@ from temporalio.client import Client
 
 from bench.cpu import cpu_seconds
 from bench.ingress_bench import ROOT, record
+from bench.rate_figures import busiest, first_window, sustained_rate
 from bench.stack import DATABASE, EXAMPLES, BenchStack, bench_stack
 from cli.stack.process import stop_process
 from sandbox.client import SandboxClient
@@ -64,7 +65,6 @@ TASK_QUEUE: Final = "connector-push"
 OWNER: Final = "demo-owner"
 OBJECT_TYPE: Final = "contacts"
 PUSH_CONCURRENCY: Final = 16  # admissions in flight: well above the remote's pace
-SUSTAINED_SHARE: Final = 0.8  # the middle 80% of the creates
 IDLE_COMMITS: Final = 3  # per 1.2 s: the relay schedule and pollers of idle workers
 TARGETS: Final = "targets: P6 >= 0.9, 429 share <= 1%, parked 0"
 
@@ -241,29 +241,6 @@ async def settled_commits(admin_dsn: str) -> int:
 
 
 # -- figures -------------------------------------------------------------------------
-
-
-def busiest(times: Sequence[float], window: float) -> int:
-    """The most requests in any rolling window of `window` seconds (times sorted)."""
-    start, best = 0, 0
-    for end, at in enumerate(times):
-        while times[start] <= at - window:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
-
-
-def sustained_rate(times: Sequence[float]) -> float:
-    """Requests/s over the middle SUSTAINED_SHARE of the requests (times sorted)."""
-    skip = round(len(times) * (1 - SUSTAINED_SHARE) / 2)
-    first, last = skip, len(times) - 1 - skip
-    if last <= first:
-        return 0.0
-    return (last - first) / (times[last] - times[first])
-
-
-def first_window(times: Sequence[float], window: float) -> int:
-    return sum(1 for t in times if t < times[0] + window) if times else 0
 
 
 def figures(
