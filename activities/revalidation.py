@@ -26,28 +26,29 @@ from db.records import Conn
 from protocol.active import resolve_active
 from protocol.audit import AuditCommand, AuditEntry
 from protocol.drift import INSTALL_REASONS, INSTALL_SURFACE_NAMES
+from protocol.link_row import LinkRowState, plan_member
 from protocol.manifest import ManifestInvalid, PackManifest
 from protocol.manifest import parse_manifest as parse_pack_manifest
 from protocol.revalidation import (
     Apply,
-    Approval,
     Conflict,
     ConflictReason,
     Decision,
     InstallFingerprints,
     Judgement,
-    LinkRowState,
     LockedMember,
     Rejected,
-    RevalidationManifest,
-    RevalidationMember,
     RevalidationResult,
     RevalidationStatus,
-    build_manifest,
     decide_bound,
     judge_new_member,
-    plan_member,
     result_of,
+)
+from protocol.revalidation_manifest import (
+    Approval,
+    RevalidationManifest,
+    RevalidationMember,
+    build_manifest,
 )
 from protocol.snapshots import ActionConfigSnapshot
 from protocol.states import LinkStatus

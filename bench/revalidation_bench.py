@@ -40,7 +40,8 @@ from cli.stack.postgres import EmbeddedPostgres, free_port
 from db import links as links_q
 from protocol.admission import CreateReserved, SaveRequest
 from protocol.identity import link_key
-from protocol.revalidation import Approval, RevalidationStatus, parse_manifest
+from protocol.revalidation import RevalidationStatus
+from protocol.revalidation_manifest import Approval, parse_manifest
 from services.admission import admit_locked
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document

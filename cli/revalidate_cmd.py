@@ -41,12 +41,11 @@ from cli.database import (
 from cli.database import resolve_dsn as _dsn
 from cli.errors import EXIT_REJECTED, EXIT_UNAVAILABLE, CliError, required_text
 from db import packs as packs_q
-from protocol.revalidation import (
+from protocol.revalidation import RevalidationResult, RevalidationStatus
+from protocol.revalidation_manifest import (
     Approval,
     ManifestRejected,
     RevalidationManifest,
-    RevalidationResult,
-    RevalidationStatus,
     parse_manifest,
 )
 from services.packs import validate_create_paths

@@ -17,12 +17,9 @@ from asyncpg import Record
 from pydantic import JsonValue
 
 from db.records import Conn
-from protocol.revalidation import (
-    MOVED_COLUMNS,
-    LinkRowState,
-    RevalidationMember,
-    RevalidationReceipt,
-)
+from protocol.link_row import MOVED_COLUMNS, LinkRowState
+from protocol.revalidation import RevalidationReceipt
+from protocol.revalidation_manifest import RevalidationMember
 
 # The LinkRowState columns, uuids as text and the profile snapshot as JSON text.
 _LINK_STATE: Final = """

@@ -37,7 +37,7 @@ from protocol.admission import (
 )
 from protocol.gates import association_lookups
 from protocol.identity import link_key
-from protocol.revalidation import Approval
+from protocol.revalidation_manifest import Approval
 from protocol.states import AttemptStatus, LinkStatus
 from services.admission import admit_all_locked, admit_locked
 from services.admission_facts import SaveToAdmit, load_facts

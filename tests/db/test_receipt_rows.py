@@ -27,17 +27,16 @@ from activities.revalidation import apply, validate
 from db import revalidation as q
 from db.records import Conn
 from protocol.canonical import digest
-from protocol.revalidation import (
+from protocol.revalidation import RevalidationResult, RevalidationStatus
+from protocol.revalidation_manifest import (
     BODY_FINGERPRINT_ALGORITHM,
     MAPPING_FINGERPRINT_ALGORITHM,
     RevalidationManifest,
-    RevalidationResult,
-    RevalidationStatus,
     document_digest,
     parse_manifest,
 )
-from tests.db.rows import insert_link
 from tests.db.test_revalidation import Links, hex64, make_links, plan
+from tests.db.rows import insert_link
 
 S = RevalidationStatus
 Entry = Callable[[Conn, RevalidationManifest], Coroutine[Any, Any, RevalidationResult]]

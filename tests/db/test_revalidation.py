@@ -22,19 +22,19 @@ from activities.revalidation import apply, install_fingerprints, validate
 from cli.main import app
 from db import links as links_q
 from db import revalidation as q
-from protocol.manifest import parse_manifest as parse_pack
-from protocol.revalidation import (
+from protocol.link_row import (
     ROW_DIGEST_EXCLUDED_COLUMNS,
-    Approval,
-    ConflictReason,
     LinkRowState,
-    RevalidationManifest,
-    RevalidationResult,
-    RevalidationStatus,
-    build_manifest,
-    document_digest,
     link_row_digest,
     plan_member,
+)
+from protocol.manifest import parse_manifest as parse_pack
+from protocol.revalidation import ConflictReason, RevalidationResult, RevalidationStatus
+from protocol.revalidation_manifest import (
+    Approval,
+    RevalidationManifest,
+    build_manifest,
+    document_digest,
 )
 from protocol.states import AttemptStatus
 from tests.db.rows import (

@@ -27,7 +27,8 @@ from bench.revalidation_bench import APPROVAL, seed
 from cli.errors import EXIT_UNAVAILABLE
 from cli.stack.postgres import EmbeddedPostgres, free_port
 from db.revalidation import lock_table_exhausted
-from protocol.revalidation import RevalidationManifest, RevalidationStatus
+from protocol.revalidation import RevalidationStatus
+from protocol.revalidation_manifest import RevalidationManifest
 from tests.db.test_revalidation import state
 from tests.e2e.test_cli_errors import assert_one_line, run
 

@@ -14,7 +14,7 @@ import pytest
 from activities import revalidation
 from activities.revalidation import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from protocol.manifest import parse_manifest
-from protocol.revalidation import Approval
+from protocol.revalidation_manifest import Approval
 from protocol.snapshots import ActionConfigSnapshot
 from services.packs import apply_pack
 from tests.db import rows

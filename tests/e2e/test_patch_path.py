@@ -17,7 +17,7 @@ from activities.revalidation import OwnerOutcome, OwnerRequest, OwnerResult, rev
 from protocol.admission import PatchQueued, Rejected
 from protocol.errors import RejectReason
 from protocol.messages import RevalidateInput
-from protocol.revalidation import Approval
+from protocol.revalidation_manifest import Approval
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services.packs import apply_pack

@@ -12,13 +12,8 @@ from hypothesis import strategies as st
 from pydantic import JsonValue
 
 from protocol.canonical import canonical_json, digest, join_members, object_members, value_text
-from protocol.revalidation import (
-    ROW_DIGEST_ALGORITHM,
-    LinkRowState,
-    after_state,
-    link_row_digest,
-    project_receipt,
-)
+from protocol.link_row import ROW_DIGEST_ALGORITHM, LinkRowState, after_state, link_row_digest
+from protocol.revalidation import project_receipt
 from tests.unit.test_revalidation_manifest import manifest, row
 
 # Any text JSON can hold: control characters, quotes, backslashes, non-ASCII, astral.

@@ -11,26 +11,24 @@ from typing import Any
 
 import pytest
 
+from protocol.link_row import MOVED_COLUMNS, LinkRowState, after_state, link_row_digest, plan_member
 from protocol.revalidation import (
-    MOVED_COLUMNS,
     AlreadyApplied,
     Apply,
-    Approval,
     ConflictReason,
-    LinkRowState,
     LockedMember,
+    Rejected,
+    decide,
+    project_receipt,
+)
+from protocol.revalidation_manifest import (
+    Approval,
     ManifestRejected,
     ManifestRejectReason,
-    Rejected,
     RevalidationManifest,
-    after_state,
     build_manifest,
-    decide,
     document_digest,
-    link_row_digest,
     parse_manifest,
-    plan_member,
-    project_receipt,
 )
 
 R = ManifestRejectReason

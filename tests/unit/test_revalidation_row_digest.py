@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from protocol.canonical import digest
-from protocol.revalidation import (
-    ROW_DIGEST_ALGORITHM,
-    LinkRowState,
-    after_state,
-    link_row_digest,
-    project_receipt,
-)
+from protocol.link_row import ROW_DIGEST_ALGORITHM, LinkRowState, after_state, link_row_digest
+from protocol.revalidation import project_receipt
 from tests.unit.test_revalidation_manifest import manifest, row
 
 SNAPSHOTS = [

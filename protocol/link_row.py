@@ -1,0 +1,178 @@
+"""A finalized link's full-row digest and the row a revalidation moves it to (SPEC §9).
+
+Rule 2 of the seed's "L0 Transaction Invariants": each manifest member binds
+`link_row_digest` of its link (the columns of `LinkRowState`) plus explicit
+old/new fingerprints and pack lineage; the caller recomputes the digest from the
+row it holds locked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+from protocol.canonical import join_members, member_text, object_members, sha256_hex
+from protocol.revalidation_manifest import RevalidationMember
+
+ROW_DIGEST_ALGORITHM: Final = "connector-push/link-row:v1"
+
+# Link columns deliberately outside the full-row digest: bookkeeping that moves on
+# every PATCH, mirror write or operator stamp and says nothing about what the
+# link is validated against. Every other column is a `LinkRowState` field (a db
+# test holds the schema to this split, so a new column forces a decision).
+ROW_DIGEST_EXCLUDED_COLUMNS: Final = frozenset(
+    {
+        "row_version",
+        "created_at",
+        "updated_at",
+        "drift_findings",
+        "suspend_reason",
+        "mirror_status",
+        "remote_etag",
+        "last_operator",
+        "last_operator_reason",
+        "last_operator_at",
+    }
+)
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LinkRowState(_Value):
+    """Every `connector_remote_link` column except `ROW_DIGEST_EXCLUDED_COLUMNS`.
+
+    Grouped as invariant 2 names them: the finalized link id and status; the
+    durable identity (stable slot ids, source record, creating install); the
+    remote id and scope; the complete persisted profile/path snapshot (names,
+    profile hashes and JSON snapshot, path templates, responseIdPath, mirror
+    tuple, last validated install); the current fingerprints; and the current
+    revalidation pointer. Install ids are lowercase uuid text.
+    """
+
+    link_key: str
+    status: str
+    connector_owner_key: str
+    action_slot_id: str
+    action_type: str
+    source_object: str
+    source_record_id: str
+    destination_slot_id: str
+    created_pack_install_id: str
+    remote_id: str
+    remote_scope: str
+    connector_namespace: str
+    flow_developer_name: str
+    flow_action_name: str
+    flow_version: str | None
+    target_object: str
+    profile_name: str
+    last_validated_pack_install_id: str
+    credential_ref: str
+    credential_generation_hash: str | None
+    endpoint_class: str
+    endpoint_binding_hash: str | None
+    retry_policy_hash: str
+    profile_payload_hash: str
+    profile_snapshot: JsonValue
+    create_path_template: str
+    update_path_template: str
+    response_id_path: str
+    mirror_source_object: str | None
+    mirror_remote_id_field: str | None
+    mirror_provenance_field: str | None
+    mapping_fingerprint: str
+    body_fingerprint: str
+    last_mapping_revalidation_operation_id: str | None
+
+
+def link_row_digest(row: LinkRowState) -> str:
+    """sha256 of canonical JSON {algorithm, row}: the value a member's expected digest binds."""
+    # vars(row) is row.model_dump(mode="json"): every field is already a JSON value
+    # (str, None or the JSON snapshot), and skipping the serializer halves the cost (P4).
+    return _members_digest(object_members(vars(row)))
+
+
+# The digested document's other member ("algorithm" sorts before "row").
+_ALGORITHM_MEMBER: Final = object_members({"algorithm": ROW_DIGEST_ALGORITHM})
+
+
+def _members_digest(row_members: Mapping[str, str]) -> str:
+    """`link_row_digest` of the row whose `object_members` these are."""
+    document = {**_ALGORITHM_MEMBER, "row": member_text("row", join_members(row_members))}
+    return sha256_hex(join_members(document).encode("utf-8"))
+
+
+class RowDigests(NamedTuple):
+    """A row's `link_row_digest` before and after a member's transition."""
+
+    before: str
+    after: str
+
+
+def row_digests(row: LinkRowState, member: RevalidationMember, operation_id: str) -> RowDigests:
+    """The digests of `row` and of its after-state, which share every unmoved column's
+    encoding (issue 16, P4: each member of a bulk manifest needs both)."""
+    before = object_members(vars(row))
+    after = {**before, **object_members(_moved(member, operation_id))}
+    return RowDigests(_members_digest(before), _members_digest(after))
+
+
+# The digested columns a revalidation moves (`after_state`); every other one stays as it was.
+MOVED_COLUMNS: Final = frozenset(
+    {
+        "mapping_fingerprint",
+        "body_fingerprint",
+        "last_validated_pack_install_id",
+        "last_mapping_revalidation_operation_id",
+    }
+)
+
+
+def after_state(row: LinkRowState, member: RevalidationMember, operation_id: str) -> LinkRowState:
+    """The row once this member's transition is applied (only `MOVED_COLUMNS` move)."""
+    return row.model_copy(update=_moved(member, operation_id))
+
+
+def _moved(member: RevalidationMember, operation_id: str) -> dict[str, JsonValue]:
+    return {
+        "mapping_fingerprint": member.new_mapping_fingerprint,
+        "body_fingerprint": member.new_body_fingerprint,
+        "last_validated_pack_install_id": member.new_pack_install_id,
+        "last_mapping_revalidation_operation_id": operation_id,
+    }
+
+
+def before_state(row: LinkRowState, member: RevalidationMember) -> LinkRowState:
+    """The row as it must have been before this member's transition (for retries)."""
+    return row.model_copy(
+        update={
+            "mapping_fingerprint": member.old_mapping_fingerprint,
+            "body_fingerprint": member.old_body_fingerprint,
+            "last_validated_pack_install_id": member.old_pack_install_id,
+            "last_mapping_revalidation_operation_id": member.expected_revalidation_operation_id,
+        }
+    )
+
+
+def plan_member(
+    row: LinkRowState, new_mapping: str, new_body: str, new_pack_install_id: str
+) -> RevalidationMember:
+    """The member that moves `row` to the given fingerprints and install, bound to `row`."""
+    return RevalidationMember(
+        link_key=row.link_key,
+        expected_row_digest=link_row_digest(row),
+        expected_revalidation_operation_id=row.last_mapping_revalidation_operation_id,
+        old_mapping_fingerprint=row.mapping_fingerprint,
+        new_mapping_fingerprint=new_mapping,
+        old_body_fingerprint=row.body_fingerprint,
+        new_body_fingerprint=new_body,
+        old_pack_install_id=row.last_validated_pack_install_id,
+        new_pack_install_id=new_pack_install_id,
+    )
+
+
+# -- receipts and the decision -----------------------------------------------------
