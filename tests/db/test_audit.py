@@ -18,7 +18,7 @@ from db import audit as q
 from db.errors import AppendOnlyViolationError, invariant_errors
 from protocol.audit import AuditCommand, AuditEntry
 from services.packs import apply_pack
-from tests.db.test_revalidation import Links, make_links, plan
+from tests.db.revalidation_support import Links, make_links, plan
 from tests.unit.factories import demo_document
 
 

@@ -35,7 +35,7 @@ from protocol.revalidation_manifest import (
     document_digest,
     parse_manifest,
 )
-from tests.db.test_revalidation import Links, hex64, make_links, plan
+from tests.db.revalidation_support import Links, hex64, make_links, plan
 from tests.db.rows import insert_link
 
 S = RevalidationStatus

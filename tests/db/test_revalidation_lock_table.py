@@ -29,7 +29,7 @@ from cli.stack.postgres import EmbeddedPostgres, free_port
 from db.revalidation import lock_table_exhausted
 from protocol.revalidation import RevalidationStatus
 from protocol.revalidation_manifest import RevalidationManifest
-from tests.db.test_revalidation import state
+from tests.db.revalidation_support import state
 from tests.e2e.test_cli_errors import assert_one_line, run
 
 MEMBERS = 5000

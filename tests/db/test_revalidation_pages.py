@@ -14,8 +14,8 @@ from db import revalidation as q
 from protocol.link_row import link_row_digest
 from protocol.revalidation import ConflictReason, Judgement, LockedMember, RevalidationStatus
 from protocol.revalidation_manifest import RevalidationManifest, RevalidationMember
-from tests.db.test_revalidation import Links, plan, state
-from tests.db.test_revalidation import links as links  # the fixture, re-exported
+from tests.db.revalidation_support import Links, plan, state
+from tests.db.revalidation_support import links as links  # the fixture, re-exported
 from tests.db.rows import insert_attempt, rows_from_before_0090
 
 PAGE = 2  # three links: a full page and a partial one
