@@ -17,7 +17,7 @@ import httpx
 from bench.chaos.stack import ChaosStack
 from sandbox.client import SandboxClient
 from sandbox.faults import FaultRuleSpec, FaultRuleView
-from workflows.link import REMOTE_RETRY
+from workflows.link_retries import REMOTE_RETRY
 
 OBJECTS = "/crm/v3/objects"
 # (method, path glob): creates per profile, PATCHes, and the deals' locator lookups.
