@@ -1,5 +1,9 @@
 """The HTTP save API's contract (SPEC API-1, WF-2): policy, request and answer models.
 
+The wire shapes (routes, fields, aliases) have one home, the client's pure
+`connector_push_client.models`, which CRMs install alone; the models here refine
+them with what only the server decides.
+
 Rules kept in this module:
 1. A request that passes these models is storable and has a valid link identity:
    bad input is a 400 naming the field, before anything is written.
@@ -12,10 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Annotated, Final, Literal, Self, assert_never
+from typing import Annotated, Final, Self, assert_never
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from connector_push_client import models as wire
+from connector_push_client.models import (
+    BATCH_PATH,
+    SAVE_PATH,
+    ErrorAnswer,
+    FieldProblem,
+)
 from protocol.admission import (
     AdmissionDecision,
     CreateReserved,
@@ -28,8 +39,23 @@ from protocol.admission import (
 from protocol.errors import RejectReason
 from protocol.identity import check_part, link_key, link_workflow_id
 
-SAVE_PATH: Final = "/v1/saves"
-BATCH_PATH: Final = "/v1/saves/batch"
+__all__ = [
+    "BATCH_PATH",
+    "OPENAPI_PATH",
+    "SAVE_PATH",
+    "BatchAnswer",
+    "ErrorAnswer",
+    "FieldProblem",
+    "SaveAnswer",
+    "SaveApiClient",
+    "SaveApiPolicy",
+    "SaveBatchIn",
+    "SaveIn",
+    "SaveResult",
+    "answer_for",
+    "request_hash",
+]
+
 OPENAPI_PATH: Final = "/openapi.json"
 _ENV_PATTERN: Final = r"^[A-Z_][A-Z0-9_]{0,127}$"
 _NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -69,31 +95,27 @@ class SaveApiPolicy(_Strict):
 # -- requests ------------------------------------------------------------------------
 
 
-def _part(name: str) -> AfterValidator:
-    return AfterValidator(lambda value: check_part(name, value))
+# How the 400 names each identity part that breaks ID-2's rule (rule 1).
+_PART_NAMES: Final = {
+    "owner_key": "ownerKey",
+    "action_slot": "slot id",
+    "destination_slot": "slot id",
+    "source_object": "sourceObject",
+    "record_id": "recordId",
+    "user_id": "value",
+    "save_id": "value",
+}
 
 
-OwnerKey = Annotated[str, Field(max_length=256, strict=True), _part("ownerKey")]
-Slot = Annotated[str, Field(max_length=256, strict=True), _part("slot id")]
-ObjectName = Annotated[str, Field(max_length=256, strict=True), _part("sourceObject")]
-RecordId = Annotated[str, Field(max_length=256, strict=True), _part("recordId")]
-OptionalText = Annotated[str, Field(max_length=256, strict=True), _part("value")] | None
-
-
-class SaveIn(_Strict):
+class SaveIn(wire.SaveIn):
     """One reported save, as the CRM sends it (the fields of WF-2's client call)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    owner_key: OwnerKey = Field(alias="ownerKey", description="ConnectorOwnerKey")
-    action_slot: Slot = Field(alias="actionSlot", description="ActionSlotId")
-    destination_slot: Slot = Field(alias="destinationSlot", description="DestinationSlotId")
-    source_object: ObjectName = Field(alias="sourceObject")
-    record_id: RecordId = Field(alias="recordId", description="the saved record's id")
-    user_id: OptionalText = Field(default=None, alias="userId", description="originating user id")
-    save_id: OptionalText = Field(
-        default=None, alias="saveId", description="the CRM's id for this save (traced only)"
-    )
+    @field_validator(*_PART_NAMES)
+    @classmethod
+    def _identity_part(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """ID-2's rule for every part: not empty, not padded, no control characters."""
+        assert info.field_name is not None
+        return None if value is None else check_part(_PART_NAMES[info.field_name], value)
 
     def to_save_request(self) -> SaveRequest:
         return SaveRequest(
@@ -116,7 +138,7 @@ class SaveIn(_Strict):
         )
 
 
-class SaveBatchIn(_Strict):
+class SaveBatchIn(wire.SaveBatchIn):
     saves: Annotated[list[SaveIn], Field(min_length=1)]
 
 
@@ -133,57 +155,26 @@ def request_hash(route: str, saves: list[SaveIn]) -> str:
 
 # -- answers ---------------------------------------------------------------------------
 
-DecisionKind = Literal[
-    "create_reserved",
-    "deferred_association_reserved",
-    "patch_queued",
-    "observed_active_attempt",
-    "rejected",
-]
-WakeKind = Literal["signalled", "deferred", "not_needed"]
 
-
-class SaveResult(_Strict):
+class SaveResult(wire.SaveResult):
     """The admission decision for one save, committed before this answer was sent."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # Stored answers are read back by these models: nothing unknown passes.
+    model_config = ConfigDict(extra="forbid")
 
-    decision: DecisionKind
-    link_key: str = Field(alias="linkKey")
-    workflow_id: str = Field(alias="workflowId")
     reason: RejectReason | None = None
-    detail: str | None = None
-    attempt_id: str | None = Field(default=None, alias="attemptId")
-    remote_id: str | None = Field(default=None, alias="remoteId")
-    waiting_on: tuple[str, ...] | None = Field(default=None, alias="waitingOn")
-    # Only on the first answer: whether the workflow was woken (the relay covers deferral).
-    wake: WakeKind | None = None
 
 
-class SaveAnswer(_Strict):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+class SaveAnswer(wire.SaveAnswer):
+    model_config = ConfigDict(extra="forbid")
 
     result: SaveResult
-    replayed: bool = False
-    warnings: tuple[str, ...] = ()
 
 
-class BatchAnswer(_Strict):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+class BatchAnswer(wire.BatchAnswer):
+    model_config = ConfigDict(extra="forbid")
 
     results: tuple[SaveResult, ...]
-    replayed: bool = False
-    warnings: tuple[str, ...] = ()
-
-
-class FieldProblem(_Strict):
-    path: str
-    message: str
-
-
-class ErrorAnswer(_Strict):
-    error: str
-    fields: tuple[FieldProblem, ...] = ()
 
 
 def answer_for(save: SaveIn, decision: AdmissionDecision) -> SaveResult:

@@ -7,18 +7,19 @@
 Pass the same `idempotency_key` when retrying a request whose answer was lost: the
 server returns the first answer and admits nothing new. A 503 (Postgres down) is
 raised as `SaveApiError` with `retry_after` set; retry with the same key.
+
+Installed alone with `pip install ./client` (httpx and pydantic only; see client/README.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-import httpx
 from pydantic import ValidationError
 
-from protocol.save_api import (
+from connector_push_client.models import (
     BATCH_PATH,
     SAVE_PATH,
     BatchAnswer,
@@ -27,9 +28,21 @@ from protocol.save_api import (
     SaveAnswer,
     SaveBatchIn,
     SaveIn,
+    SaveResult,
 )
 
-__all__ = ["BatchAnswer", "SaveAnswer", "SaveApiClient", "SaveApiError", "SaveIn"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "BatchAnswer",
+    "FieldProblem",
+    "SaveAnswer",
+    "SaveApiClient",
+    "SaveApiError",
+    "SaveIn",
+    "SaveResult",
+]
 
 
 class SaveApiError(Exception):
@@ -74,6 +87,10 @@ class SaveApiClient:
         timeout_s: float = 10.0,
         http: httpx.AsyncClient | None = None,
     ) -> None:
+        # Imported here, not above: `protocol` takes its wire models from this package and
+        # must stay free of httpx (its purity contract), even at runtime.
+        import httpx
+
         self._owned = http is None
         self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
         self._headers = {"authorization": f"Bearer {api_key}"}
@@ -88,7 +105,7 @@ class SaveApiClient:
         self, saves: Sequence[SaveIn], idempotency_key: str | None = None
     ) -> BatchAnswer:
         """Report several saves in one transaction; results are in request order."""
-        body = SaveBatchIn(saves=list(saves)).model_dump_json(by_alias=True, exclude_none=True)
+        body = SaveBatchIn(saves=tuple(saves)).model_dump_json(by_alias=True, exclude_none=True)
         response = await self._post(BATCH_PATH, body, idempotency_key)
         return BatchAnswer.model_validate_json(response.content)
 
