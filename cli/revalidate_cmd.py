@@ -7,28 +7,14 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Final
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, TaskID
-from rich.table import Table
 
-from activities import revalidation as revalidation_activity
-from activities.revalidation import (
-    LockTableTooSmall,
-    OnStep,
-    OwnerOutcome,
-    OwnerRequest,
-    OwnerResult,
-    Phase,
-    PlanError,
-    PlanRequest,
-)
 from cli.database import (
     AsJson,
     DatabaseUrl,
@@ -40,6 +26,8 @@ from cli.database import (
 )
 from cli.database import resolve_dsn as _dsn
 from cli.errors import EXIT_REJECTED, EXIT_UNAVAILABLE, CliError, required_text
+from cli.revalidate_owner_cmd import OWNER_EPILOG, owner_command
+from cli.revalidate_views import print_result, stderr, stdout
 from db import packs as packs_q
 from protocol.revalidation import RevalidationResult, RevalidationStatus
 from protocol.revalidation_manifest import (
@@ -48,7 +36,15 @@ from protocol.revalidation_manifest import (
     RevalidationManifest,
     parse_manifest,
 )
+from services import revalidation as revalidation_activity
 from services.packs import validate_create_paths
+from services.revalidation import (
+    LockTableTooSmall,
+    OnStep,
+    Phase,
+    PlanError,
+    PlanRequest,
+)
 
 EXIT_ALREADY_APPLIED: Final = 4
 # Progress bars only where they help; small manifests finish before one would draw.
@@ -75,9 +71,6 @@ ManifestFile = Annotated[
     Path, typer.Argument(help="Revalidation manifest (JSON).", show_default=False)
 ]
 
-_stdout = Console(highlight=False)
-_stderr = Console(stderr=True)
-
 
 def _load(path: Path) -> RevalidationManifest:
     """Invariant 1 before any connection: bad input exits 2 naming the reason."""
@@ -92,7 +85,7 @@ def _progress(total: int, phases: tuple[Phase, ...]) -> Iterator[OnStep]:
     if total <= PROGRESS_THRESHOLD:
         yield lambda phase, key: None
         return
-    with Progress(console=_stderr, transient=True) as bar:
+    with Progress(console=stderr, transient=True) as bar:
         tasks: dict[Phase, TaskID] = {
             phase: bar.add_task(f"{phase.value} links", total=total) for phase in phases
         }
@@ -104,58 +97,11 @@ def _progress(total: int, phases: tuple[Phase, ...]) -> Iterator[OnStep]:
         yield step
 
 
-def _short(value: str | None) -> str:
-    return "-" if value is None else value[:12]
-
-
-def _print_result(result: RevalidationResult) -> None:
-    if result.conflicts:
-        table = Table(title="conflicts (nothing written)", title_justify="left")
-        for column in ("link key", "reason", "detail"):
-            table.add_column(column, overflow="fold")
-        for c in result.conflicts:
-            table.add_row(escape(c.link_key), c.reason.value, escape(c.detail))
-        _stdout.print(table)
-    if result.receipts:
-        title = (
-            "receipts" if result.status != RevalidationStatus.VALIDATED else "projected receipts"
-        )
-        table = Table(title=title, title_justify="left")
-        columns = ("link key", "mapping", "body", "install", "previous op", "row digest")
-        for column in columns:
-            table.add_column(column, no_wrap=column == "link key")
-        for r in result.receipts:
-            table.add_row(
-                escape(r.link_key),
-                f"{_short(r.old_mapping_fingerprint)} -> {_short(r.new_mapping_fingerprint)}",
-                f"{_short(r.old_body_fingerprint)} -> {_short(r.new_body_fingerprint)}",
-                f"{_short(r.old_pack_install_id)} -> {_short(r.new_pack_install_id)}",
-                escape(r.previous_operation_id or "-"),
-                f"{_short(r.before_row_digest)} -> {_short(r.after_row_digest)}",
-            )
-        _stdout.print(table)
-    _stdout.print(_status_line(result))
-
-
-def _status_line(result: RevalidationResult) -> str:
-    op, n = escape(result.operation_id), len(result.receipts)
-    match result.status:
-        case RevalidationStatus.VALIDATED:
-            return f"[bold]validated[/]: {op} would move {n} link(s); nothing written"
-        case RevalidationStatus.APPLIED:
-            return f"[bold green]applied[/]: {op} moved {n} link(s), {n} receipt(s) written"
-        case RevalidationStatus.ALREADY_APPLIED:
-            return f"[bold]already applied[/]: {op} verified on {n} link(s); nothing written"
-        case RevalidationStatus.REJECTED:
-            k = len(result.conflicts)
-            return f"[bold red]rejected[/]: {op}, {k} conflict(s); nothing written"
-
-
 def _report(result: RevalidationResult, as_json: bool) -> None:
     if as_json:
         echo_json(result.model_dump(mode="json"))
     else:
-        _print_result(result)
+        print_result(result)
     raise typer.Exit(EXIT_CODES[result.status])
 
 
@@ -257,152 +203,11 @@ def plan_command(
         summary = {"operation_id": manifest.operation_id, "members": len(manifest.members)}
         echo_json({**summary, "manifest_digest": manifest.manifest_digest, "out": str(out)})
         return
-    _stderr.print(
+    stderr.print(
         f"planned {escape(manifest.operation_id)}: {len(manifest.members)} link(s), "
         f"digest {manifest.manifest_digest[:12]} -> {escape(str(out))}",
         highlight=False,
     )
-
-
-# -- one command for an owner after an install change (C-4) --------------------------
-
-_OWNER_EPILOG: Final = (
-    "Exit codes: 0 applied, or nothing waited; 3 rejected (conflicts listed; the links "
-    "stay as they were and still fail closed); 2 bad input, no active pack, or links whose "
-    "mapping would move without --include-mapping-changes (nothing written); 5 Postgres "
-    "unreachable or its lock table too small."
-)
-
-_OWNER_EXIT: Final = {
-    OwnerOutcome.APPLIED: 0,
-    OwnerOutcome.NOTHING_TO_DO: 0,
-    OwnerOutcome.REJECTED: EXIT_REJECTED,
-    OwnerOutcome.MAPPING_CHANGES: 2,
-}
-
-
-async def _owner(dsn: str, request: OwnerRequest) -> OwnerResult:
-    # The progress bar's total is not known before the plan: one step per link locked.
-    with Progress(console=_stderr, transient=True) as bar:
-        task = bar.add_task("revalidating links", total=None)
-
-        def step(phase: Phase, link_key: str) -> None:
-            del phase, link_key
-            bar.advance(task)
-
-        async with connect(dsn) as conn:
-            try:
-                return await revalidation_activity.revalidate_owner(
-                    conn, request, step, now=datetime.now(UTC)
-                )
-            except LockTableTooSmall as error:
-                raise CliError(str(error), EXIT_UNAVAILABLE) from error
-
-
-def _owner_json(result: OwnerResult) -> dict[str, object]:
-    rejected = result.rejected
-    return {
-        "outcome": result.outcome.value,
-        "connector_owner_key": result.connector_owner_key,
-        "pack_install_id": result.pack_install_id,
-        "links_revalidated": result.moved,
-        "operations": list(result.operations),
-        "restored_count": result.restored_count,
-        "restored": list(result.restored),
-        "skipped_count": result.skipped_count,
-        "skipped": list(result.skipped),
-        "mapping_moves": result.mapping_moves,
-        "rejected": None if rejected is None else rejected.model_dump(mode="json"),
-    }
-
-
-def _print_owner(result: OwnerResult) -> None:
-    owner, install = escape(result.connector_owner_key), result.pack_install_id
-    if result.outcome is OwnerOutcome.MAPPING_CHANGES:
-        _stdout.print(
-            f"[bold red]refused[/]: {result.mapping_moves} link(s) of {owner} would also move "
-            f"their mapping fingerprints to install {install}; review them with `revalidate "
-            "plan`/`validate`/`apply`, or pass --include-mapping-changes; nothing written"
-        )
-        return
-    if result.rejected is not None:
-        _print_result(result.rejected)
-    if result.restored_count:
-        _stdout.print(f"lifted the install-change suspension of {result.restored_count} link(s)")
-    if result.skipped_count:
-        shown = ", ".join(escape(k) for k in result.skipped)
-        _stdout.print(
-            f"skipped {result.skipped_count} link(s) whose action slot install {install} does "
-            f"not have (retire or rebind them), e.g. {shown}"
-        )
-    ops = f" in {len(result.operations)} operation(s)" if result.operations else ""
-    match result.outcome:
-        case OwnerOutcome.APPLIED:
-            _stdout.print(
-                f"[bold green]revalidated[/]: {result.moved} link(s) of {owner} against "
-                f"install {install}{ops}; their next saves PATCH"
-            )
-        case OwnerOutcome.NOTHING_TO_DO:
-            _stdout.print(f"nothing waits: every link of {owner} is validated against {install}")
-        case OwnerOutcome.REJECTED:
-            _stdout.print(
-                f"[bold red]rejected[/]: {result.moved} link(s) revalidated{ops} before the "
-                f"conflicts above; the others of {owner} still fail closed (re-run to continue)"
-            )
-
-
-def owner_command(
-    owner_key: Annotated[str, typer.Option("--owner-key", help="The ConnectorOwnerKey.")],
-    approved_by: Annotated[str, typer.Option("--approved-by", help="Who approved it.")],
-    approval_reference: Annotated[
-        str, typer.Option("--approval-reference", help="Ticket or change record.")
-    ],
-    reason: Annotated[str, typer.Option("--reason", help="Why the install change is safe.")],
-    operation_id: Annotated[
-        str | None,
-        typer.Option("--operation-id", help="Operation id (default: from install and time)."),
-    ] = None,
-    include_mapping_changes: Annotated[
-        bool,
-        typer.Option(
-            "--include-mapping-changes",
-            help="Also move links whose mapping fingerprints the install changes.",
-        ),
-    ] = False,
-    database_url: DatabaseUrl = None,
-    as_json: AsJson = False,
-) -> None:
-    """Revalidate every link of an owner against its active install, in one command (C-4).
-
-    After `pack apply` makes a new install, the owner's links fail closed (no PATCH) until
-    revalidated. This plans, validates and applies the §9 revalidation of every finalized
-    link under one approval (receipts and audit entries written), and first lifts the
-    suspension of links suspended for the install change alone. Progress on stderr.
-    """
-    try:
-        approval = Approval(
-            approved_by=required_text("--approved-by", approved_by),
-            approval_reference=required_text("--approval-reference", approval_reference),
-            reason=required_text("--reason", reason),
-        )
-        request = OwnerRequest(
-            connector_owner_key=owner_key,
-            operation_id=operation_id,
-            approval=approval,
-            include_mapping_changes=include_mapping_changes,
-        )
-    except ValidationError as error:
-        first = error.errors()[0]
-        bad_input(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
-    try:
-        result = asyncio.run(_owner(_dsn(database_url), request))
-    except (PlanError, ManifestRejected) as error:
-        bad_input(str(error))
-    if as_json:
-        echo_json(_owner_json(result))
-    else:
-        _print_owner(result)
-    raise typer.Exit(_OWNER_EXIT[result.outcome])
 
 
 # -- C-8: a changed create path, validated --------------------------------------------
@@ -450,14 +255,14 @@ def create_path_command(
         )
         return
     if not validated:
-        _stdout.print(f"nothing to validate: no changed create path of {escape(owner_key)} waits")
+        stdout.print(f"nothing to validate: no changed create path of {escape(owner_key)} waits")
     for b in validated:
-        _stdout.print(
+        stdout.print(
             f"validated: action slot {escape(b.action_slot_id)} creates with "
             f"{escape(b.create_path_template)} (was {escape(b.previous_create_path)})"
         )
     if still:
-        _stdout.print(f"still blocked: {', '.join(escape(b.action_slot_id) for b in still)}")
+        stdout.print(f"still blocked: {', '.join(escape(b.action_slot_id) for b in still)}")
 
 
 def register(app: typer.Typer) -> None:
@@ -472,6 +277,6 @@ def register(app: typer.Typer) -> None:
     revalidate.command("plan")(plan_command)
     revalidate.command("validate", epilog=_EPILOG)(validate_command)
     revalidate.command("apply", epilog=_EPILOG)(apply_command)
-    revalidate.command("owner", epilog=_OWNER_EPILOG)(owner_command)
+    revalidate.command("owner", epilog=OWNER_EPILOG)(owner_command)
     revalidate.command("create-path")(create_path_command)
     app.add_typer(revalidate, name="revalidate")

@@ -33,7 +33,9 @@ PATCH_PATH = ("services.patch", "activities.patch_dispatch", "protocol.gates", "
 RECEIPT_TABLE = "connector_link_revalidation_receipt"
 # The modules that read or write receipts (bulk revalidation, SPEC §9). The pure
 # protocol.revalidation (receipt models, digests) does no I/O, so it cannot read one.
-RECEIPT_READERS = frozenset({"db.revalidation", "activities.revalidation", "cli.revalidate_cmd"})
+RECEIPT_READERS = frozenset(
+    {"db.revalidation", "activities.revalidation", "cli.revalidate_cmd", "cli.revalidate_owner_cmd"}
+)
 
 
 def source_of(module: str) -> Path | None:

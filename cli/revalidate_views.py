@@ -1,0 +1,59 @@
+"""How `revalidate` commands show a revalidation result: conflicts, receipts, one status line."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from protocol.revalidation import RevalidationResult, RevalidationStatus
+
+stdout = Console(highlight=False)
+stderr = Console(stderr=True)
+
+
+def _short(value: str | None) -> str:
+    return "-" if value is None else value[:12]
+
+
+def print_result(result: RevalidationResult) -> None:
+    if result.conflicts:
+        table = Table(title="conflicts (nothing written)", title_justify="left")
+        for column in ("link key", "reason", "detail"):
+            table.add_column(column, overflow="fold")
+        for c in result.conflicts:
+            table.add_row(escape(c.link_key), c.reason.value, escape(c.detail))
+        stdout.print(table)
+    if result.receipts:
+        title = (
+            "receipts" if result.status != RevalidationStatus.VALIDATED else "projected receipts"
+        )
+        table = Table(title=title, title_justify="left")
+        columns = ("link key", "mapping", "body", "install", "previous op", "row digest")
+        for column in columns:
+            table.add_column(column, no_wrap=column == "link key")
+        for r in result.receipts:
+            table.add_row(
+                escape(r.link_key),
+                f"{_short(r.old_mapping_fingerprint)} -> {_short(r.new_mapping_fingerprint)}",
+                f"{_short(r.old_body_fingerprint)} -> {_short(r.new_body_fingerprint)}",
+                f"{_short(r.old_pack_install_id)} -> {_short(r.new_pack_install_id)}",
+                escape(r.previous_operation_id or "-"),
+                f"{_short(r.before_row_digest)} -> {_short(r.after_row_digest)}",
+            )
+        stdout.print(table)
+    stdout.print(_status_line(result))
+
+
+def _status_line(result: RevalidationResult) -> str:
+    op, n = escape(result.operation_id), len(result.receipts)
+    match result.status:
+        case RevalidationStatus.VALIDATED:
+            return f"[bold]validated[/]: {op} would move {n} link(s); nothing written"
+        case RevalidationStatus.APPLIED:
+            return f"[bold green]applied[/]: {op} moved {n} link(s), {n} receipt(s) written"
+        case RevalidationStatus.ALREADY_APPLIED:
+            return f"[bold]already applied[/]: {op} verified on {n} link(s); nothing written"
+        case RevalidationStatus.REJECTED:
+            k = len(result.conflicts)
+            return f"[bold red]rejected[/]: {op}, {k} conflict(s); nothing written"
