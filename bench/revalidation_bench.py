@@ -4,7 +4,8 @@ The links are inserted in bulk (COPY), each a copy of the link the product
 itself would finalize from an admitted attempt, with its own record id, link key
 and remote id. A second install of the demo pack changes one mapping, so every
 link's mapping and body fingerprints move. The three phases run through the
-entry points the CLI uses (`activities.revalidation.plan|validate|apply`), each
+entry points the CLI uses (`services.revalidation_plan.plan`,
+`services.revalidation.validate|apply`), each
 reading or writing the manifest as its JSON document, as `revalidate plan --out`
 and `revalidate validate|apply FILE` do. `P4` is links/s over validate + apply
 together (target >= 20,000), with every receipt written and checked.
@@ -33,7 +34,6 @@ from typing import Any
 import asyncpg
 import yaml
 
-from activities import revalidation as revalidation
 from bench.ingress_bench import prepare_database, record
 from bench.stack import EXAMPLES, FIELDS
 from cli.stack.postgres import EmbeddedPostgres, free_port
@@ -42,6 +42,7 @@ from protocol.admission import CreateReserved, SaveRequest
 from protocol.identity import link_key
 from protocol.revalidation import RevalidationStatus
 from protocol.revalidation_manifest import Approval, parse_manifest
+from services import revalidation, revalidation_plan
 from services.admission import admit_locked
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
@@ -185,10 +186,10 @@ async def _timed(phase: str, n: int, work: Any) -> tuple[Any, float]:
 
 
 async def _plan(conn: asyncpg.Connection, install: str) -> str:
-    request = revalidation.PlanRequest(
+    request = revalidation_plan.PlanRequest(
         operation_id="p4-bulk-move", approval=APPROVAL, new_pack_install_id=install
     )
-    manifest = await revalidation.plan(conn, request)
+    manifest = await revalidation_plan.plan(conn, request)
     return json.dumps(manifest.document(), sort_keys=True)  # what `plan --out` writes
 
 

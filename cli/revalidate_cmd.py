@@ -38,13 +38,8 @@ from protocol.revalidation_manifest import (
 )
 from services import revalidation as revalidation_activity
 from services.packs import validate_create_paths
-from services.revalidation import (
-    LockTableTooSmall,
-    OnStep,
-    Phase,
-    PlanError,
-    PlanRequest,
-)
+from services.revalidation import LockTableTooSmall, OnStep, Phase
+from services.revalidation_plan import PlanError, PlanRequest, plan
 
 EXIT_ALREADY_APPLIED: Final = 4
 # Progress bars only where they help; small manifests finish before one would draw.
@@ -134,7 +129,7 @@ def apply_command(
 
 async def _plan(dsn: str, request: PlanRequest) -> RevalidationManifest:
     async with connect(dsn) as conn:
-        return await revalidation_activity.plan(conn, request)
+        return await plan(conn, request)
 
 
 def _plan_request(

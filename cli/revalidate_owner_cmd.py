@@ -26,15 +26,9 @@ from protocol.revalidation_manifest import (
     Approval,
     ManifestRejected,
 )
-from services import revalidation as revalidation_activity
-from services.revalidation import (
-    LockTableTooSmall,
-    OwnerOutcome,
-    OwnerRequest,
-    OwnerResult,
-    Phase,
-    PlanError,
-)
+from services.revalidation import LockTableTooSmall, Phase
+from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
+from services.revalidation_plan import PlanError
 
 OWNER_EPILOG: Final = (
     "Exit codes: 0 applied, or nothing waited; 3 rejected (conflicts listed; the links "
@@ -62,9 +56,7 @@ async def _owner(dsn: str, request: OwnerRequest) -> OwnerResult:
 
         async with connect(dsn) as conn:
             try:
-                return await revalidation_activity.revalidate_owner(
-                    conn, request, step, now=datetime.now(UTC)
-                )
+                return await revalidate_owner(conn, request, step, now=datetime.now(UTC))
             except LockTableTooSmall as error:
                 raise CliError(str(error), EXIT_UNAVAILABLE) from error
 

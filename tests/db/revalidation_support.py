@@ -12,7 +12,6 @@ from typing import Any
 import asyncpg
 import pytest
 
-from activities.revalidation import install_fingerprints
 from db import revalidation as q
 from protocol.link_row import (
     LinkRowState,
@@ -26,6 +25,7 @@ from protocol.revalidation_manifest import (
     build_manifest,
 )
 from protocol.states import AttemptStatus
+from services.revalidation import install_fingerprints
 from tests.db.rows import (
     insert_attempt,
     insert_link,

@@ -12,12 +12,12 @@ import asyncpg
 import pytest
 from typer.testing import CliRunner
 
-from activities.revalidation import apply, validate
 from cli.main import app
 from db import audit as q
 from db.errors import AppendOnlyViolationError, invariant_errors
 from protocol.audit import AuditCommand, AuditEntry
 from services.packs import apply_pack
+from services.revalidation import apply, validate
 from tests.db.revalidation_support import Links, make_links, plan
 from tests.unit.factories import demo_document
 

@@ -20,7 +20,6 @@ import asyncpg
 import pytest
 import yaml
 
-from activities.revalidation import OwnerOutcome, OwnerRequest, revalidate_owner
 from db import links as links_q
 from db import packs as packs_q
 from db.records import Conn
@@ -45,6 +44,7 @@ from services.backfill import apply_backfill
 from services.packs import apply_pack, get_active_pack
 from services.record_loader import load_records, parse_records_document
 from services.record_store import PostgresRecordStore
+from services.revalidation_owner import OwnerOutcome, OwnerRequest, revalidate_owner
 from services.rows import attempt_summary, link_snapshot
 from services.save_entry import admit_batch
 

@@ -22,8 +22,6 @@ from typing import Any
 import asyncpg
 import pytest
 
-from activities import revalidation as revalidation_activity
-from activities.revalidation import apply, validate
 from db import revalidation as q
 from db.records import Conn
 from protocol.canonical import digest
@@ -35,6 +33,8 @@ from protocol.revalidation_manifest import (
     document_digest,
     parse_manifest,
 )
+from services import revalidation as revalidation_activity
+from services.revalidation import apply, validate
 from tests.db.revalidation_support import Links, hex64, make_links, plan
 from tests.db.rows import insert_link
 

@@ -13,7 +13,6 @@ import asyncpg
 import pytest
 from typer.testing import CliRunner
 
-from activities.revalidation import apply, validate
 from cli.main import app
 from db import revalidation as q
 from protocol.link_row import (
@@ -24,6 +23,7 @@ from protocol.revalidation_manifest import (
     document_digest,
 )
 from protocol.states import AttemptStatus
+from services.revalidation import apply, validate
 from tests.db.revalidation_support import (
     APPROVAL,
     C,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from activities.revalidation import apply, validate
 from db import links as links_q
 from db import revalidation as q
 from protocol.link_row import (
@@ -20,6 +19,7 @@ from protocol.revalidation_manifest import (
     RevalidationManifest,
 )
 from protocol.states import AttemptStatus
+from services.revalidation import apply, validate
 from tests.db.revalidation_support import (
     C,
     Entry,

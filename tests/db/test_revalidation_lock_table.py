@@ -20,8 +20,6 @@ from typing import Any
 import asyncpg
 import pytest
 
-from activities import revalidation
-from activities.revalidation import LockTableTooSmall, lock_table_setting
 from bench.ingress_bench import prepare_database
 from bench.revalidation_bench import APPROVAL, seed
 from cli.errors import EXIT_UNAVAILABLE
@@ -29,6 +27,8 @@ from cli.stack.postgres import EmbeddedPostgres, free_port
 from db.revalidation import lock_table_exhausted
 from protocol.revalidation import RevalidationStatus
 from protocol.revalidation_manifest import RevalidationManifest
+from services import revalidation, revalidation_plan
+from services.revalidation import LockTableTooSmall, lock_table_setting
 from tests.db.revalidation_support import state
 from tests.e2e.test_cli_errors import assert_one_line, run
 
@@ -74,10 +74,10 @@ async def _planned(dsn: str) -> RevalidationManifest:
     conn = await asyncpg.connect(dsn)
     try:
         install = await seed(conn, MEMBERS)
-        request = revalidation.PlanRequest(
+        request = revalidation_plan.PlanRequest(
             operation_id="big-move", approval=APPROVAL, new_pack_install_id=install
         )
-        return await revalidation.plan(conn, request)
+        return await revalidation_plan.plan(conn, request)
     finally:
         await conn.close()
 

@@ -11,12 +11,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from activities import revalidation
-from activities.revalidation import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from protocol.manifest import parse_manifest
 from protocol.revalidation_manifest import Approval
 from protocol.snapshots import ActionConfigSnapshot
+from services import revalidation
 from services.packs import apply_pack
+from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from tests.db import rows
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from activities import revalidation as revalidation_activity
-from activities.revalidation import Phase, apply, validate
 from db import revalidation as q
 from protocol.link_row import link_row_digest
 from protocol.revalidation import ConflictReason, Judgement, LockedMember, RevalidationStatus
 from protocol.revalidation_manifest import RevalidationManifest, RevalidationMember
+from services import revalidation as revalidation_activity
+from services.revalidation import Phase, apply, validate
 from tests.db.revalidation_support import Links, plan, state
 from tests.db.revalidation_support import links as links  # the fixture, re-exported
 from tests.db.rows import insert_attempt, rows_from_before_0090

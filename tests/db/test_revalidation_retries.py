@@ -7,12 +7,12 @@ import asyncio
 
 import asyncpg
 
-from activities.revalidation import apply, validate
 from protocol.link_row import (
     ROW_DIGEST_EXCLUDED_COLUMNS,
     LinkRowState,
 )
 from protocol.revalidation import RevalidationStatus
+from services.revalidation import apply, validate
 from tests.db.revalidation_support import C, Links, S, hex64, plan, reasons, state
 from tests.db.revalidation_support import conn as conn  # the fixtures
 from tests.db.revalidation_support import links as links

@@ -13,7 +13,6 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
-from activities.revalidation import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from protocol.admission import PatchQueued, Rejected
 from protocol.errors import RejectReason
 from protocol.messages import RevalidateInput
@@ -21,6 +20,7 @@ from protocol.revalidation_manifest import Approval
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services.packs import apply_pack
+from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from tests.e2e.conftest import OWNER, Stack, company_key, contact_key, deal_key, demo_manifest
 from tests.e2e.support import eventually
 from workflows.link import LinkWorkflow

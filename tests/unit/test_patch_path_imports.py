@@ -34,7 +34,14 @@ RECEIPT_TABLE = "connector_link_revalidation_receipt"
 # The modules that read or write receipts (bulk revalidation, SPEC §9). The pure
 # protocol.revalidation (receipt models, digests) does no I/O, so it cannot read one.
 RECEIPT_READERS = frozenset(
-    {"db.revalidation", "activities.revalidation", "cli.revalidate_cmd", "cli.revalidate_owner_cmd"}
+    {
+        "db.revalidation",
+        "services.revalidation",
+        "services.revalidation_plan",
+        "services.revalidation_owner",
+        "cli.revalidate_cmd",
+        "cli.revalidate_owner_cmd",
+    }
 )
 
 
@@ -130,8 +137,8 @@ def test_the_patch_path_never_reads_the_revalidation_receipts() -> None:
 
 def test_the_check_sees_the_receipt_readers() -> None:
     """The check can fail: revalidation's own closure is caught by both halves."""
-    modules = closure(["activities.revalidation"])
-    assert {"activities.revalidation", "db.revalidation"} <= modules.keys() & RECEIPT_READERS
+    modules = closure(["services.revalidation"])
+    assert {"services.revalidation", "db.revalidation"} <= modules.keys() & RECEIPT_READERS
     assert naming_the_receipts(modules) == ["db.revalidation"]
 
 

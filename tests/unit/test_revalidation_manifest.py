@@ -349,7 +349,13 @@ def test_a_retry_whose_receipt_differs_from_the_manifest_fails_closed() -> None:
 # -- REV-3: no path to remote callouts, local records or attempt mutation --------------
 
 ROOT = Path(__file__).resolve().parents[2]
-ENTRY_POINTS = ("activities.revalidation", "db.revalidation", "protocol.revalidation")
+ENTRY_POINTS = (
+    "services.revalidation",
+    "services.revalidation_plan",
+    "services.revalidation_owner",
+    "db.revalidation",
+    "protocol.revalidation",
+)
 FORBIDDEN = (
     "httpx",
     "temporalio",

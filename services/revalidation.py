@@ -12,21 +12,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
 from enum import StrEnum
-from typing import Final, NamedTuple
+from typing import Final
 
 import asyncpg
-from pydantic import BaseModel, ConfigDict, ValidationError
 
-from db import audit as audit_q
 from db import packs as packs_q
 from db import revalidation as q
 from db.records import Conn
 from protocol.active import resolve_active
-from protocol.audit import AuditCommand, AuditEntry
-from protocol.drift import INSTALL_REASONS, INSTALL_SURFACE_NAMES
-from protocol.link_row import LinkRowState, plan_member
+from protocol.audit import AuditCommand
+from protocol.link_row import LinkRowState
 from protocol.manifest import ManifestInvalid, PackManifest
 from protocol.manifest import parse_manifest as parse_pack_manifest
 from protocol.revalidation import (
@@ -39,19 +35,15 @@ from protocol.revalidation import (
     LockedMember,
     Rejected,
     RevalidationResult,
-    RevalidationStatus,
     decide_bound,
     judge_new_member,
     result_of,
 )
 from protocol.revalidation_manifest import (
-    Approval,
     RevalidationManifest,
     RevalidationMember,
-    build_manifest,
 )
 from protocol.snapshots import ActionConfigSnapshot
-from protocol.states import LinkStatus
 
 
 class Phase(StrEnum):
@@ -63,7 +55,8 @@ class Phase(StrEnum):
 OnStep = Callable[[Phase, str], None]
 
 
-def _ignore(phase: Phase, link_key: str) -> None:
+def ignore_step(phase: Phase, link_key: str) -> None:
+    """The default `OnStep`: no progress shown."""
     del phase, link_key
 
 
@@ -118,7 +111,7 @@ class _CasLost(Exception):
 
 
 async def validate(
-    conn: Conn, manifest: RevalidationManifest, on_step: OnStep = _ignore
+    conn: Conn, manifest: RevalidationManifest, on_step: OnStep = ignore_step
 ) -> RevalidationResult:
     """Dry run (invariant 6): same locks and checks, projected receipts, zero writes.
     Raises `LockTableTooSmall` when the server cannot hold the manifest's locks."""
@@ -134,7 +127,7 @@ async def validate(
 
 
 async def apply(
-    conn: Conn, manifest: RevalidationManifest, on_step: OnStep = _ignore
+    conn: Conn, manifest: RevalidationManifest, on_step: OnStep = ignore_step
 ) -> RevalidationResult:
     """The only mutation entry point: all receipts and link moves commit together, or none.
     Raises `LockTableTooSmall` (after the rollback) when the server cannot hold its locks."""
@@ -342,293 +335,3 @@ def _check_moved(link_key: str, as_planned: bool | None) -> None:
             "compare-and-set matched no row" if as_planned is None else "row changed under its lock"
         )
         raise _CasLost(Conflict(link_key=link_key, reason=ConflictReason.CAS_LOST, detail=detail))
-
-
-# -- planning (read-only: release engineers' plan -> validate -> apply) ------------------
-
-
-class PlanError(ValueError):
-    """The manifest cannot be planned as asked; nothing was read under lock or written."""
-
-
-class PlanRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    operation_id: str
-    approval: Approval
-    new_pack_install_id: str
-    # None: every finalized link of the install's owner key that would move.
-    link_keys: tuple[str, ...] | None = None
-
-
-async def plan(conn: Conn, request: PlanRequest) -> RevalidationManifest:
-    """A canonical manifest moving the links to the install's current fingerprints."""
-    install = await packs_q.select_install(conn, request.new_pack_install_id)
-    if install is None:
-        raise PlanError(f"no pack install {request.new_pack_install_id}")
-    try:
-        pack = parse_pack_manifest(install.manifest)
-    except ManifestInvalid as error:
-        raise PlanError(f"install {install.pack_install_id}: {error}") from error
-    rows = await _planned_rows(conn, request, pack.connector_owner_key)
-    install_id = install.pack_install_id
-    slots: SlotFingerprints = {}
-    members = [_member(slot_fingerprints(slots, pack, install_id, row), install_id, row)
-               for row in rows]  # fmt: skip
-    moving = [m for m in members if not m.changes_nothing]
-    if request.link_keys is not None and len(moving) != len(members):
-        idle = sorted({m.link_key for m in members} - {m.link_key for m in moving})
-        raise PlanError(f"already at the install's fingerprints: {', '.join(idle)}")
-    if not moving:
-        raise PlanError("no finalized link would move")
-    return build_manifest(request.operation_id, request.approval, moving)
-
-
-async def _planned_rows(conn: Conn, request: PlanRequest, owner: str) -> list[LinkRowState]:
-    if request.link_keys is None:
-        return await q.finalized_link_states(conn, owner)
-    rows = await q.link_states(conn, list(request.link_keys))
-    missing = sorted(set(request.link_keys) - {row.link_key for row in rows})
-    if missing:
-        raise PlanError(f"no link {', '.join(missing)}")
-    for row in rows:
-        if row.status != LinkStatus.FINALIZED or row.connector_owner_key != owner:
-            raise PlanError(f"{row.link_key}: {row.status} link of owner {row.connector_owner_key}")
-    return rows
-
-
-def _member(
-    produced: InstallFingerprints | None, install_id: str, row: LinkRowState
-) -> RevalidationMember:
-    if produced is None:
-        raise PlanError(f"{row.link_key}: action slot {row.action_slot_id!r} is not in the pack")
-    try:
-        return plan_member(row, produced.mapping_fingerprint, produced.body_fingerprint, install_id)
-    except ValidationError as error:
-        raise PlanError(f"{row.link_key}: not plannable ({error.errors()[0]['msg']})") from None
-
-
-# -- one command for an owner after an install change (C-4) ------------------------------
-
-
-class OwnerRequest(BaseModel):
-    """`revalidate owner`: plan, validate and apply for every link of one owner key,
-    under one approval, against the owner's active install."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    connector_owner_key: str
-    operation_id: str | None = None  # default: derived from the install and the time
-    approval: Approval
-    # Also move links whose mapping or body fingerprints differ from the install's (a
-    # mapping change); without it such an owner is refused before anything is written.
-    include_mapping_changes: bool = False
-
-
-class OwnerOutcome(StrEnum):
-    APPLIED = "applied"
-    NOTHING_TO_DO = "nothing_to_do"
-    REJECTED = "rejected"
-    MAPPING_CHANGES = "mapping_changes"
-
-
-class OwnerResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    outcome: OwnerOutcome
-    connector_owner_key: str
-    pack_install_id: str
-    # Links moved from suspended_drift (install change only) back to finalized: how many,
-    # and the first few keys.
-    restored_count: int = 0
-    restored: tuple[str, ...] = ()
-    # Finalized links whose action slot the install does not have: not revalidated here.
-    skipped_count: int = 0
-    skipped: tuple[str, ...] = ()
-    mapping_moves: int = 0
-    # Links moved onto the install, each with a receipt, by the operations applied (one
-    # per OWNER_CHUNK links, so any count fits Postgres's default lock table).
-    moved: int = 0
-    operations: tuple[str, ...] = ()
-    # The rejected operation's conflicts (the operations before it stay applied).
-    rejected: RevalidationResult | None = None
-
-
-class _OwnerPlan(NamedTuple):
-    members: list[RevalidationMember]
-    skipped: list[str]
-    mapping_moves: int
-
-
-def _plan_rows(pack: PackManifest, install_id: str, rows: Sequence[LinkRowState]) -> _OwnerPlan:
-    slots: SlotFingerprints = {}
-    members: list[RevalidationMember] = []
-    skipped: list[str] = []
-    for row in rows:
-        produced = slot_fingerprints(slots, pack, install_id, row)
-        if produced is None:
-            skipped.append(row.link_key)
-            continue
-        member = _member(produced, install_id, row)
-        if member.changes_nothing:
-            continue
-        members.append(member)
-    moves = sum(
-        (m.old_mapping_fingerprint, m.old_body_fingerprint)
-        != (m.new_mapping_fingerprint, m.new_body_fingerprint)
-        for m in members
-    )
-    return _OwnerPlan(members, skipped, moves)
-
-
-async def _active_install(conn: Conn, owner: str) -> tuple[str, PackManifest]:
-    install = await packs_q.select_active_install(conn, owner)
-    if install is None:
-        raise PlanError(f"no active pack for owner key {owner!r}")
-    try:
-        return install.pack_install_id, parse_pack_manifest(install.manifest)
-    except ManifestInvalid as error:
-        raise PlanError(f"install {install.pack_install_id}: {error}") from error
-
-
-def owner_operation_id(install_id: str, now: datetime) -> str:
-    return f"revalidate-owner-{install_id[:8]}-{now:%Y%m%dT%H%M%S%f}"
-
-
-# Members per operation of `revalidate owner`: two advisory locks each until commit, well
-# inside Postgres's default lock table (64 x 100 slots, see `LockTableTooSmall`).
-OWNER_CHUNK = 2000
-EXAMPLES = 5
-
-
-class _Keys:
-    """A count and the first few keys (bounded memory at any count)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.examples: list[str] = []
-
-    def add(self, keys: Sequence[str]) -> None:
-        self.count += len(keys)
-        self.examples.extend(keys[: max(0, EXAMPLES - len(self.examples))])
-
-
-async def revalidate_owner(
-    conn: Conn, request: OwnerRequest, on_step: OnStep = _ignore, *, now: datetime
-) -> OwnerResult:
-    """C-4's way out: every link of the owner validated against its active install.
-
-    1. Read-only, page by page: what moving the waiting links (finalized under another
-       install, or suspended for an install change and nothing else) would move; a
-       mapping move is refused unless asked for (nothing written).
-    2. The install-only suspensions back to `finalized`, a page per transaction, link
-       locks in link-key order, one audit entry each (their old install still fails
-       closed until 3).
-    3. For each page of `OWNER_CHUNK` finalized links that move: the §9 manifest under the
-       one approval, validated, then applied in one transaction with its receipts. A
-       rejected page stops the run: the pages before it stay applied (and a re-run
-       continues), its links and the rest still fail closed.
-    """
-    owner, approval = request.connector_owner_key, request.approval
-    install_id, pack = await _active_install(conn, owner)
-    suspended = await q.install_suspended_link_states(
-        conn, owner, list(INSTALL_REASONS), list(INSTALL_SURFACE_NAMES)
-    )
-    moves = _plan_rows(pack, install_id, suspended).mapping_moves
-    async for page in _finalized_pages(conn, owner):
-        moves += _plan_rows(pack, install_id, page).mapping_moves
-    base = OwnerResult(
-        outcome=OwnerOutcome.NOTHING_TO_DO,
-        connector_owner_key=owner,
-        pack_install_id=install_id,
-        mapping_moves=moves,
-    )
-    if moves and not request.include_mapping_changes:
-        return base.model_copy(update={"outcome": OwnerOutcome.MAPPING_CHANGES})
-    restored = _Keys()
-    keys = [row.link_key for row in suspended]
-    for start in range(0, len(keys), OWNER_CHUNK):
-        restored.add(await _restore(conn, owner, keys[start : start + OWNER_CHUNK], approval))
-    del suspended, keys
-    skipped, moved = _Keys(), 0
-    operations: list[str] = []
-    base_id = request.operation_id or owner_operation_id(install_id, now)
-    rejected: RevalidationResult | None = None
-    async for page in _finalized_pages(conn, owner):
-        plan = _plan_rows(pack, install_id, page)
-        skipped.add(plan.skipped)
-        if not plan.members:
-            continue
-        operation_id = await _next_operation_id(conn, base_id, len(operations) + 1)
-        manifest = build_manifest(operation_id, approval, plan.members)
-        result = await validate(conn, manifest, on_step)
-        if result.status is RevalidationStatus.VALIDATED:
-            result = await apply(conn, manifest, on_step)
-        if result.status is not RevalidationStatus.APPLIED:
-            rejected = result
-            break
-        operations.append(operation_id)
-        moved += len(result.receipts)
-    outcome = (
-        OwnerOutcome.REJECTED
-        if rejected is not None
-        else OwnerOutcome.APPLIED
-        if moved or restored.count
-        else OwnerOutcome.NOTHING_TO_DO
-    )
-    return base.model_copy(
-        update={
-            "outcome": outcome,
-            "restored_count": restored.count,
-            "restored": tuple(restored.examples),
-            "skipped_count": skipped.count,
-            "skipped": tuple(skipped.examples),
-            "moved": moved,
-            "operations": tuple(operations),
-            "rejected": rejected,
-        }
-    )
-
-
-async def _finalized_pages(conn: Conn, owner: str) -> AsyncIterator[list[LinkRowState]]:
-    after = ""
-    while page := await q.finalized_link_states_page(conn, owner, after, OWNER_CHUNK):
-        yield page
-        after = page[-1].link_key
-
-
-async def _next_operation_id(conn: Conn, base: str, start: int) -> str:
-    """`base.N` for the first N from `start` that no earlier run has used (a re-run of the
-    same --operation-id continues after the operations it applied)."""
-    n = start
-    while await q.operation_exists(conn, f"{base}.{n}"):
-        n += 1
-    return f"{base}.{n}"
-
-
-async def _restore(conn: Conn, owner: str, keys: list[str], approval: Approval) -> list[str]:
-    if not keys:
-        return []
-    who = (approval.approved_by, approval.reason)
-    async with conn.transaction():
-        await q.lock_link_keys(conn, keys)
-        moved = await q.restore_install_suspended(conn, keys, list(INSTALL_REASONS), who)
-        entries = [
-            AuditEntry(
-                operator=approval.approved_by,
-                reason=approval.reason,
-                command=AuditCommand.REVALIDATE_OWNER,
-                link_key=key,
-                arguments={
-                    "connector_owner_key": owner,
-                    "approval_reference": approval.approval_reference,
-                },
-                state_before={"status": LinkStatus.SUSPENDED_DRIFT.value, "suspend_reason": why},
-                state_after={"status": LinkStatus.FINALIZED.value},
-                outcome="install-change suspension lifted; receipts follow",
-            )
-            for key, why in moved
-        ]
-        if entries:
-            await audit_q.append_many(conn, entries)
-    return [key for key, _ in moved]
