@@ -7,7 +7,7 @@ Rules 1-2 of the adoption rules (3-5, the decision, live in `protocol.backfill`)
    install's pair, or a pair an earlier install of the same pack declared for
    this slot or a slot rebound into it. Nothing is inferred from names.
 2. Exactly two provenance formats are accepted (`parse_provenance`): the
-   runtime's own link key (`lk1_<64 hex>`, what activities/mirror.py writes)
+   runtime's own link key (`lk1_<64 hex>`, what services/mirror.py writes)
    and the legacy marker `"{ConnectorOwnerKey}:{ActionSlotId}:{DestinationSlotId}"`
    (exactly three valid stable ids; an id holding `:` makes a marker ambiguous,
    so it is not recognised). Anything else is `provenance_unrecognized`.
