@@ -14,17 +14,16 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import asyncpg
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.link_answers import CreateAnswers, SentTry
 from activities.link_base import fail
-from activities.patch_dispatch import PatchDispatch
 from db import journal as jq
 from db import links as q
-from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
 from protocol.deferred import Waiting
 from protocol.errors import ActivityErrorType as E
@@ -36,28 +35,20 @@ from protocol.messages import (
 )
 from protocol.outcome import (
     Ambiguous,
-    Created,
     LocatorAbsent,
     LocatorFound,
-    NotApplied,
-    Observation,
-    PostOutcome,
-    RateLimited,
-    RemoteRejected,
-    RetrySameRequest,
-    body_hash,
     interpret_locator_lookup,
     interpret_post,
 )
-from protocol.recovery import Decision, Step, next_step, on_definite_rejection
+from protocol.recovery import Decision, Step, next_step
 from protocol.request import FreezeFailure, locator_lookup_path
 from protocol.snapshots import CreateRequestSnapshot
 from services import remote
 from services.attempt_drift import drift_refusal
 from services.cas import require_cas
 from services.deferred import resolve_deferred
-from services.evidence import attempt_recovery, owner_of_remote_id, record_try, retry_delay
-from services.mirror import MIRROR_ATTEMPTS, finalize_with_mirror, write_mirror_now
+from services.evidence import attempt_recovery
+from services.mirror import MIRROR_ATTEMPTS, write_mirror_now
 from services.record_store import PostgresRecordStore
 from services.rows import link_view, request_of
 
@@ -77,15 +68,6 @@ class _Lookup:
     request: CreateRequestSnapshot
 
 
-@dataclass(frozen=True)
-class _Try:
-    """One try that passed its fence: its claim and its journal row (None for a GET)."""
-
-    attempt_id: str
-    token: uuid.UUID
-    journal_id: int | None
-
-
 # What the planning transaction decided. A refusal is returned, not raised, so the
 # parked state it reports commits: raising inside the transaction rolled it back.
 _Plan = StepResult | _Send | _Lookup | ApplicationError
@@ -94,7 +76,7 @@ _Plan = StepResult | _Send | _Lookup | ApplicationError
 log = logging.getLogger(__name__)
 
 
-class LinkActivities(PatchDispatch):
+class LinkActivities(CreateAnswers):
     """The create path: claim, POST, finalize, mirror."""
 
     # -- dispatch ---------------------------------------------------------------
@@ -200,22 +182,6 @@ class LinkActivities(PatchDispatch):
                 return None
             return await self._drift_gate(conn, key, attempt)
 
-    async def _park_planned(
-        self, conn: Conn, key: str, attempt_id: str, decision: Decision
-    ) -> ApplicationError:
-        ambiguous = decision.step is Step.PARK_AMBIGUOUS
-        target = "ambiguous_remote_effect" if ambiguous else "terminal_failed"
-        moved = await q.move_attempt(
-            conn,
-            attempt_id,
-            ["pending", "processing", "post_sent"],
-            target,
-            last_error=decision.reason,
-        )
-        require_cas(moved, "move_attempt")
-        kind = E.AMBIGUOUS_REMOTE_EFFECT if ambiguous else E.REMOTE_REJECTED
-        return fail(kind, decision.reason, await self._view(conn, key))
-
     async def _claim(
         self,
         conn: Conn,
@@ -310,177 +276,9 @@ class LinkActivities(PatchDispatch):
         obs = obs.model_copy(update={"now": datetime.now(UTC)})
         await self._hooks.after_answer(plan.attempt_id)
         outcome = interpret_post(obs, request.response_id_path, request.profile)
-        return await self._apply(key, _Try(plan.attempt_id, plan.token, journal_id), outcome, obs)
-
-    async def _apply(
-        self, key: str, sent: _Try, outcome: PostOutcome, obs: Observation
-    ) -> StepResult:
-        match outcome:
-            case Created(remote_id=remote_id):
-                return await self._finalize(key, sent, remote_id, obs, outcome.body_hash)
-            case RemoteRejected():
-                return await self._rejected(key, sent, obs)
-            case NotApplied():
-                return await self._not_applied(key, sent, obs, outcome)
-            case RetrySameRequest(reason=reason):
-                await self._record_only(sent, obs)
-                raise ApplicationError(f"retrying the same frozen request: {reason}", type="Retry")
-            case RateLimited(retry_after_seconds=seconds):
-                await self._record_only(sent, obs)
-                delay = timedelta(seconds=seconds) if seconds is not None else None
-                raise ApplicationError("rate limited", type="RateLimited", next_retry_delay=delay)
-            case Ambiguous(reason=reason, locator_recovery=True):
-                # The next try looks the locator up instead of re-sending (REC-1).
-                await self._record_only(sent, obs)
-                raise ApplicationError(
-                    f"ambiguous ({reason}); recovering by locator", type="LocatorRecovery"
-                )
-            case Ambiguous(reason=reason):
-                return await self._park(
-                    key, sent, obs, "ambiguous_remote_effect", E.AMBIGUOUS_REMOTE_EFFECT, reason
-                )
-
-    async def _not_applied(
-        self, key: str, sent: _Try, obs: Observation, outcome: NotApplied
-    ) -> StepResult:
-        """PROF-1: this try had no effect; wait Retry-After in the workflow (not the retry
-        budget) and send the same frozen request again, until the time budget is spent."""
-        async with self._tx(key) as conn:
-            await q.lock_link_key(conn, key)
-            await record_try(conn, sent.journal_id, obs)
-            attempt = await q.attempt_by_id(conn, sent.attempt_id)
-            assert attempt is not None, "attempts are never deleted"
-            profile = request_of(attempt).profile
-            recovery = await attempt_recovery(conn, attempt, profile)
-            decision = next_step(recovery.model_copy(update={"now": obs.now}))
-            if decision.step in {Step.PARK_AMBIGUOUS, Step.TERMINAL}:
-                refusal = await self._park_planned(conn, key, sent.attempt_id, decision)
-            else:
-                delay = retry_delay(outcome.retry_after_seconds, profile)
-                view = await self._view(conn, key)
-                detail = f"remote answered {outcome.status} (not applied); re-sending in {delay} s"
-                return StepResult(
-                    kind=StepKind.RETRY_LATER, view=view, detail=detail, retry_after_seconds=delay
-                )
-        raise refusal
-
-    async def _rejected(self, key: str, sent: _Try, obs: Observation) -> StepResult:
-        """POST-4 as corrected by C-1: a definite rejection ends the attempt terminal only
-        if no try of it may have landed; after one that may have (a same-key re-send
-        answered 422 or 409), the refusal may be the remote saying the object exists, so
-        the attempt parks ambiguous for reconcile, never terminal (never superseded)."""
-        assert obs.status is not None
-        async with self._tx(key) as conn:
-            await record_try(conn, sent.journal_id, obs)
-            attempt = await q.attempt_by_id(conn, sent.attempt_id)
-            assert attempt is not None, "attempts are never deleted"
-            recovery = await attempt_recovery(conn, attempt, request_of(attempt).profile)
-        decision = on_definite_rejection(recovery, obs.status)
-        if decision.step is Step.PARK_AMBIGUOUS:
-            target, kind = "ambiguous_remote_effect", E.AMBIGUOUS_REMOTE_EFFECT
-        else:
-            target, kind = "terminal_failed", E.REMOTE_REJECTED
-        return await self._park(key, sent, obs, target, kind, decision.reason, recorded=True)
-
-    async def _record_only(self, sent: _Try, obs: Observation) -> None:
-        async with self._pool.acquire() as conn:
-            await record_try(conn, sent.journal_id, obs)
-
-    async def _finalize(
-        self, key: str, sent: _Try, remote_id: str, obs: Observation, body_hash: str
-    ) -> StepResult:
-        status = obs.status
-        # The entity tag, when the remote sends one, guards later PATCHes (If-Match).
-        etag = obs.headers.get("etag")
-        response = {"status": status, "remote_id": remote_id, "body_hash": body_hash, "etag": etag}
-        async with self._pool.acquire() as conn:
-            try:
-                async with conn.transaction():
-                    # The link key's lock, like admission: otherwise an admission could read
-                    # "no link" before this commits and "attempt finalized, slot free" after
-                    # it (READ COMMITTED, statement by statement) and reserve a second create.
-                    await q.lock_link_key(conn, key)
-                    await record_try(conn, sent.journal_id, obs, remote_id)
-                    kind = await finalize_with_mirror(
-                        conn, sent.attempt_id, sent.token, remote_id, response
-                    )
-                    view = await self._view(conn, key)
-                    waiting = await self._dependants(conn, view)
-                    log.info(
-                        "create finalized with remote id %s",
-                        remote_id,
-                        extra={"link_key": key, "attempt_id": sent.attempt_id},
-                    )
-                    return StepResult(kind=kind, view=view, dependants=waiting)
-            except RemoteLocatorClaimedError:
-                owner = await owner_of_remote_id(conn, sent.attempt_id, remote_id)
-            except ApplicationError as lost:
-                if lost.type != E.TRANSITION_CONFLICT.value:
-                    raise
-                # This try's claim is gone (it outlived its timeout and a retry claimed or
-                # parked the attempt), so it finalizes nothing; but the answer it got is
-                # evidence that only grows (JRN-1): keep the outcome and the remote id for
-                # the operator who reconciles, then fail as before.
-                await record_try(conn, sent.journal_id, obs, remote_id)
-                log.warning(
-                    "create answered with remote id %s after this try lost its claim",
-                    remote_id,
-                    extra={"link_key": key, "attempt_id": sent.attempt_id},
-                )
-                raise
-        # ID-4: another link owns this remote object: never PATCH two links to one object.
-        # Our create may have landed (the remote answered with an id), so the attempt parks
-        # ambiguous for an operator, never terminal (JRN-2).
-        return await self._park(
-            key,
-            sent,
-            obs,
-            "ambiguous_remote_effect",
-            E.STALE_REMOTE_LOCATOR,
-            f"remote id {remote_id} is already linked to {owner} (stale_remote_locator)",
-            remote_id=remote_id,
+        return await self._apply(
+            key, SentTry(plan.attempt_id, plan.token, journal_id), outcome, obs
         )
-
-    async def _park(
-        self,
-        key: str,
-        sent: _Try,
-        obs: Observation,
-        target: str,
-        kind: E,
-        message: str,
-        remote_id: str | None = None,
-        recorded: bool = False,
-    ) -> StepResult:
-        async with self._tx(key) as conn:
-            if not recorded:
-                await record_try(conn, sent.journal_id, obs, remote_id)
-            moved = await q.move_attempt(
-                conn,
-                sent.attempt_id,
-                ["processing", "post_sent"],
-                target,
-                token=sent.token,
-                last_error=message,
-                # P-23: what the answer was, like a 201's snapshot (POST-2).
-                response={
-                    "status": obs.status,
-                    "remote_id": remote_id,
-                    "body_hash": body_hash(obs.body),
-                    "etag": obs.headers.get("etag"),
-                },
-            )
-            view = await self._view(conn, key)
-        if not moved:
-            raise fail(E.TRANSITION_CONFLICT, "attempt moved under this claim", view)
-        log.warning(
-            "attempt parked %s (%s): %s",
-            target,
-            kind.value,
-            message,
-            extra={"link_key": key, "attempt_id": sent.attempt_id},
-        )
-        raise fail(kind, message, view)
 
     async def _recover_by_locator(self, key: str, plan: _Lookup) -> StepResult:
         request = plan.request
@@ -492,7 +290,7 @@ class LinkActivities(PatchDispatch):
         match found:
             case LocatorFound(remote_id=remote_id):
                 return await self._finalize(
-                    key, _Try(plan.attempt_id, plan.token, None), remote_id, obs, ""
+                    key, SentTry(plan.attempt_id, plan.token, None), remote_id, obs, ""
                 )
             case LocatorAbsent():
                 # No object carries our locator: every earlier try had no effect, and the
