@@ -1,67 +1,50 @@
 """Create-path faults end to end: the ledger never shows a second create (SPEC REC-1..3,
-POST-1..4, ID-4, WF-3, WF-4).
+POST-1..4, WF-3, WF-4): ambiguity, restarts, zombie tries, resets and crashes.
 
 Real Postgres, a real Temporal server and the sandbox remote over HTTP. Workers
 are started and stopped by the test (`Rig`), so a crash or a deploy in the middle
-of an activity is a real worker shutdown, not a simulation.
+of an activity is a real worker shutdown, not a simulation. (Definite rejections,
+the mirror, source deletion and ID-4 are in test_create_definite_outcomes.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import asyncpg
-import pytest
 from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 
 from activities.hooks import DispatchHooks
-from protocol.admission import CreateReserved, ObservedActiveAttempt, Rejected, SaveRequest
-from protocol.errors import RejectReason
-from protocol.messages import ReconcileInput, SupersedeInput
-from sandbox.client import SandboxClient
+from protocol.admission import CreateReserved, ObservedActiveAttempt
+from protocol.messages import ReconcileInput
 from sandbox.faults import FaultRuleSpec
-from tests.e2e.conftest import OWNER, Stack, company_key, contact_key
+from tests.e2e.conftest import Stack, company_key, contact_key
+from tests.e2e.create_faults_support import (
+    COMPANIES,
+    CONTACTS,
+    creates,
+    parked_ids,
+    record_fields,
+    status_of,
+)
+from tests.e2e.create_faults_support import rig as rig  # the fixture
 from tests.e2e.rig import Rig, SteerableHooks
 from tests.e2e.support import eventually
-from worker.crm import report_save, wake_link, workflow_id
+from worker.crm import workflow_id
 from workflows.link import LinkWorkflow
 
-CONTACTS = "/crm/v3/objects/contacts"
-COMPANIES = "/crm/v3/objects/companies"
 # The zombie test drains its worker on stop, so the stalled try runs to its end.
 LONG_DRAIN = timedelta(seconds=10)
 FINISHED = {
     EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
     EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
 }
-
-
-@pytest.fixture
-async def rig(
-    demo_db: asyncpg.Pool, temporal_client: Client, task_queue: str, sandbox: SandboxClient
-) -> AsyncIterator[Rig]:
-    """Like `stack`, but the test starts (and may stop) the workers itself."""
-    rig = Rig(
-        Stack(demo_db, temporal_client, task_queue, sandbox), temporal_client, demo_db, task_queue
-    )
-    try:
-        yield rig
-    finally:
-        await rig.close()
-
-
-# -- helpers ---------------------------------------------------------------------------
-
-
-async def _status(stack: Stack, key: str, status: str) -> asyncpg.Record:
-    return await eventually(lambda: stack.attempt(key), lambda r: r["status"] == status)
 
 
 async def _push_company(stack: Stack, record_id: str) -> object:
@@ -71,19 +54,7 @@ async def _push_company(stack: Stack, record_id: str) -> object:
 async def _contact_linked(stack: Stack, record_id: str) -> asyncpg.Record:
     """Create-inline associations need their target finalized first (else LANE-2 defers)."""
     await stack.push(record_id)
-    return await _status(stack, contact_key(record_id), "finalized")
-
-
-async def _creates(stack: Stack, object_type: str) -> list[str | None]:
-    """Every create the remote recorded, replays included: any second POST shows up."""
-    return [e.object_id for e in await stack.sandbox.ledger(object_type=object_type, kind="create")]
-
-
-async def _parked_ids(client: Client, key: str) -> list[str]:
-    # The operator's query (WF-4), narrowed to one key: earlier tests' closed runs of the
-    # same id keep their last attributes, so the status filter matters.
-    query = f'NeedsOperator = true AND ExecutionStatus = "Running" AND LinkKey = "{key}"'
-    return [wf.id async for wf in client.list_workflows(query)]
+    return await status_of(stack, contact_key(record_id), "finalized")
 
 
 async def _finished_since_last_signal(handle: WorkflowHandle[object, object]) -> int:
@@ -96,16 +67,6 @@ async def _finished_since_last_signal(handle: WorkflowHandle[object, object]) ->
     ]
     start = signals[-1] if signals else 0
     return sum(1 for e in events[start:] if e.event_type in FINISHED)
-
-
-async def _record_fields(stack: Stack, obj: str, record_id: str) -> str:
-    fields = await stack.pool.fetchval(
-        "SELECT fields::text FROM crm_record WHERE source_object = $1 AND record_id = $2",
-        obj,
-        record_id,
-    )
-    assert isinstance(fields, str)
-    return fields
 
 
 # -- ambiguity, restart, reconcile ------------------------------------------------------
@@ -122,17 +83,17 @@ async def test_ambiguous_create_is_visible_survives_restart_and_reconciles(rig: 
     )
     assert isinstance(await _push_company(stack, "a-002"), CreateReserved)
     key = company_key("a-002")
-    await _status(stack, key, "ambiguous_remote_effect")
-    ids = await eventually(lambda: _parked_ids(stack.client, key), lambda ids: bool(ids))
+    await status_of(stack, key, "ambiguous_remote_effect")
+    ids = await eventually(lambda: parked_ids(stack.client, key), lambda ids: bool(ids))
     assert ids == [workflow_id(key)]
-    assert len(await _creates(stack, "companies")) == 1
+    assert len(await creates(stack, "companies")) == 1
 
     await rig.stop_worker()
     await rig.start_worker()
     assert isinstance(await _push_company(stack, "a-002"), ObservedActiveAttempt)
     # The new worker handled the save's wake-up (a dispatch ran and found the parked attempt).
     await eventually(lambda: _finished_since_last_signal(stack.handle(key)), lambda n: n >= 1)
-    [remote_id] = await _creates(stack, "companies")
+    [remote_id] = await creates(stack, "companies")
     assert remote_id is not None
 
     result = await stack.handle(key).execute_update(
@@ -145,13 +106,13 @@ async def test_ambiguous_create_is_visible_survives_restart_and_reconciles(rig: 
         ),
     )
     assert result.accepted and result.view.remote_id == remote_id
-    attempt = await _status(stack, key, "finalized")
+    attempt = await status_of(stack, key, "finalized")
     link = await stack.link(key)
     assert link is not None and link["status"] == "finalized" and link["remote_id"] == remote_id
     assert attempt["mirror_status"] == "written" and attempt["last_operator"] == "ops@example.com"
-    assert f'"remote_id__c": "{remote_id}"' in await _record_fields(stack, "Account", "a-002")
-    assert await _creates(stack, "companies") == [remote_id]
-    await eventually(lambda: _parked_ids(stack.client, key), lambda ids: ids == [])
+    assert f'"remote_id__c": "{remote_id}"' in await record_fields(stack, "Account", "a-002")
+    assert await creates(stack, "companies") == [remote_id]
+    await eventually(lambda: parked_ids(stack.client, key), lambda ids: ids == [])
 
 
 # -- fencing: zombie tries, resets, crashes ---------------------------------------------
@@ -179,13 +140,13 @@ async def test_zombie_try_loses_its_claim_and_sends_nothing(rig: Rig) -> None:
     await stack.client.get_async_activity_handle(task_token=hooks.held_task_token).fail(
         RuntimeError("simulated start-to-close timeout of the stalled try")
     )
-    attempt = await _status(stack, key, "finalized")
+    attempt = await status_of(stack, key, "finalized")
     assert attempt["claim_token"] != stalled["claim_token"] and hooks.tries == 2
 
     hooks.release.set()
     await rig.stop_worker()  # drains: returns once the zombie try has run to its end
     assert (await stack.attempt(key))["status"] == "finalized"
-    assert await _creates(stack, "companies") == [attempt["remote_id"]]
+    assert await creates(stack, "companies") == [attempt["remote_id"]]
 
 
 class AnswerHoldingHooks(DispatchHooks):
@@ -220,12 +181,12 @@ async def test_a_late_answer_keeps_its_remote_id_in_the_journal(rig: Rig) -> Non
     await _push_company(stack, "a-002")
     key = company_key("a-002")
     await asyncio.wait_for(hooks.held.wait(), timeout=30)
-    [remote_id] = await _creates(stack, "companies")
+    [remote_id] = await creates(stack, "companies")
     assert hooks.task_token is not None
     await stack.client.get_async_activity_handle(task_token=hooks.task_token).fail(
         RuntimeError("simulated start-to-close timeout of the answered try")
     )
-    parked = await _status(stack, key, "ambiguous_remote_effect")
+    parked = await status_of(stack, key, "ambiguous_remote_effect")
     assert parked["remote_id"] is None
 
     hooks.release.set()
@@ -237,7 +198,7 @@ async def test_a_late_answer_keeps_its_remote_id_in_the_journal(rig: Rig) -> Non
     )
     assert [tuple(t) for t in tries] == [("answered", 201, remote_id)]
     assert (await stack.attempt(key))["status"] == "ambiguous_remote_effect"
-    assert await _creates(stack, "companies") == [remote_id]
+    assert await creates(stack, "companies") == [remote_id]
 
 
 async def test_workflow_reset_to_before_the_post_sends_no_second_create(rig: Rig) -> None:
@@ -247,7 +208,7 @@ async def test_workflow_reset_to_before_the_post_sends_no_second_create(rig: Rig
     await rig.start_worker()
     await stack.push("c-001")
     key = contact_key("c-001")
-    attempt = await _status(stack, key, "finalized")
+    attempt = await status_of(stack, key, "finalized")
     handle = stack.handle(key)
     events = [e async for e in handle.fetch_history_events()]
     first_task = next(
@@ -273,7 +234,7 @@ async def test_workflow_reset_to_before_the_post_sends_no_second_create(rig: Rig
 
     await eventually(dispatches_in_new_run, lambda n: n >= 1)
     assert (await stack.attempt(key))["status"] == "finalized"
-    assert await _creates(stack, "contacts") == [attempt["remote_id"]]
+    assert await creates(stack, "contacts") == [attempt["remote_id"]]
 
 
 async def test_worker_crash_while_post_hangs_after_effect_parks_plain_profile(rig: Rig) -> None:
@@ -287,14 +248,14 @@ async def test_worker_crash_while_post_hangs_after_effect_parks_plain_profile(ri
     )
     await _push_company(stack, "a-002")
     key = company_key("a-002")
-    await eventually(lambda: _creates(stack, "companies"), lambda c: len(c) == 1)
+    await eventually(lambda: creates(stack, "companies"), lambda c: len(c) == 1)
     assert (await stack.attempt(key))["remote_io_started_at"] is not None
 
     await rig.stop_worker()
     await rig.start_worker()
-    attempt = await _status(stack, key, "ambiguous_remote_effect")
+    attempt = await status_of(stack, key, "ambiguous_remote_effect")
     assert attempt["retry_count"] == 0  # nobody claimed it again
-    assert len(await _creates(stack, "companies")) == 1
+    assert len(await creates(stack, "companies")) == 1
 
 
 async def test_worker_crash_while_post_hangs_after_effect_resends_idempotent_profile(
@@ -309,11 +270,11 @@ async def test_worker_crash_while_post_hangs_after_effect_resends_idempotent_pro
     )
     await stack.push("c-001")
     key = contact_key("c-001")
-    await eventually(lambda: _creates(stack, "contacts"), lambda c: len(c) == 1)
+    await eventually(lambda: creates(stack, "contacts"), lambda c: len(c) == 1)
 
     await rig.stop_worker()
     await rig.start_worker()
-    attempt = await _status(stack, key, "finalized")
+    attempt = await status_of(stack, key, "finalized")
     entries = await stack.sandbox.ledger(object_type="contacts", kind="create")
     assert [e.replayed for e in entries] == [False, True]
     assert {e.object_id for e in entries} == {attempt["remote_id"]}
@@ -338,9 +299,9 @@ async def test_worker_crash_before_checkpoint_posts_exactly_once(rig: Rig) -> No
 
     await rig.stop_worker()
     await rig.start_worker()
-    attempt = await _status(stack, key, "finalized")
+    attempt = await status_of(stack, key, "finalized")
     assert attempt["claim_token"] != stalled["claim_token"]
-    assert await _creates(stack, "companies") == [attempt["remote_id"]]
+    assert await creates(stack, "companies") == [attempt["remote_id"]]
 
 
 async def test_claim_and_checkpoint_are_one_write_only_where_a_late_send_is_harmless(
@@ -353,178 +314,6 @@ async def test_claim_and_checkpoint_are_one_write_only_where_a_late_send_is_harm
     await rig.start_worker()
     contact = await _contact_linked(stack, "c-002")
     await _push_company(stack, "a-002")
-    company = await _status(stack, company_key("a-002"), "finalized")
+    company = await status_of(stack, company_key("a-002"), "finalized")
     assert contact["remote_io_started_at"] == contact["claimed_at"]
     assert company["remote_io_started_at"] > company["claimed_at"]
-
-
-# -- definite rejection and operator supersede ------------------------------------------
-
-
-async def test_remote_422_is_terminal_blocks_saves_until_superseded(rig: Rig) -> None:
-    """POST-4 / ID-5: 422 → terminal_failed; a save is rejected while it stands; the
-    operator's supersede reserves attempt #2, which creates."""
-    stack = rig.stack
-    await rig.start_worker()
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="POST", path=CONTACTS, action="status", status=422)
-    )
-    await stack.push("c-001")
-    key = contact_key("c-001")
-    failed = await _status(stack, key, "terminal_failed")
-    assert failed["attempt_ordinal"] == 1
-    again = await stack.push("c-001")
-    assert isinstance(again, Rejected)
-    assert again.reason is RejectReason.UNSUPERSEDED_TERMINAL_ATTEMPT
-    assert await _creates(stack, "contacts") == []
-
-    await stack.sandbox.clear_faults()
-    result = await stack.handle(key).execute_update(
-        LinkWorkflow.supersede,
-        SupersedeInput(operator="ops@example.com", reason="payload fixed upstream"),
-    )
-    assert result.accepted and "#2" in result.message
-    attempt = await _status(stack, key, "finalized")
-    assert attempt["attempt_ordinal"] == 2
-    old = await stack.pool.fetchrow(
-        "SELECT status, superseded_by FROM connector_push_attempt WHERE attempt_id = $1",
-        failed["attempt_id"],
-    )
-    assert old is not None and old["status"] == "superseded"
-    assert old["superseded_by"] == attempt["attempt_id"]
-    assert await _creates(stack, "contacts") == [attempt["remote_id"]]
-
-
-# -- mirror and source deletion ---------------------------------------------------------
-
-
-async def test_mirror_conflict_retries_the_mirror_only(rig: Rig) -> None:
-    """POST-3: a foreign value in the mirror field fails the CAS; the link is finalized and
-    the attempt waits in writeback_pending; once the field is free the mirror retry writes
-    it — and the remote still saw exactly one create."""
-    stack = rig.stack
-    hooks = SteerableHooks()
-
-    async def foreign_mirror(attempt_id: str) -> None:
-        await stack.pool.execute(
-            'UPDATE crm_record SET fields = fields || \'{"remote_id__c": "foreign-9"}\' '
-            "WHERE source_object = 'Contact' AND record_id = 'c-001'"
-        )
-
-    hooks.before = foreign_mirror
-    await rig.start_worker(hooks)
-    await stack.push("c-001")
-    key = contact_key("c-001")
-    pending = await _status(stack, key, "writeback_pending")
-    link = await stack.link(key)
-    assert link is not None and link["status"] == "finalized"
-    # At least one mirror retry has failed on the conflict before the field is freed.
-    await eventually(lambda: _mirror_failures(stack.handle(key)), lambda n: n >= 1, timeout_s=30)
-    await stack.pool.execute(
-        "UPDATE crm_record SET fields = fields - 'remote_id__c' "
-        "WHERE source_object = 'Contact' AND record_id = 'c-001'"
-    )
-    attempt = await _status(stack, key, "finalized")
-    assert attempt["mirror_status"] == "written"
-    assert f'"remote_id__c": "{pending["remote_id"]}"' in await _record_fields(
-        stack, "Contact", "c-001"
-    )
-    assert await _creates(stack, "contacts") == [pending["remote_id"]]
-    assert hooks.tries == 1
-
-
-async def _mirror_failures(handle: WorkflowHandle[object, object]) -> int:
-    """Failed tries of the pending mirror activity (reported on the scheduled event)."""
-    description = await handle.describe()
-    raw = description.raw_description
-    return sum(
-        p.attempt - 1 for p in raw.pending_activities if p.activity_type.name == "write_mirror"
-    )
-
-
-async def test_source_deleted_before_writeback_keeps_link_and_skips_mirror(rig: Rig) -> None:
-    """POST-3: the record is deleted after the claim; the create lands, the link is kept,
-    and the mirror is `skipped_source_deleted` (the record is never recreated)."""
-    stack = rig.stack
-    hooks = SteerableHooks()
-
-    async def delete_source(attempt_id: str) -> None:
-        await stack.pool.execute(
-            "UPDATE crm_record SET deleted = true "
-            "WHERE source_object = 'Contact' AND record_id = 'c-001'"
-        )
-
-    hooks.before = delete_source
-    await rig.start_worker(hooks)
-    await stack.push("c-001")
-    key = contact_key("c-001")
-    attempt = await _status(stack, key, "finalized")
-    assert attempt["mirror_status"] == "skipped_source_deleted"
-    link = await stack.link(key)
-    assert link is not None and link["status"] == "finalized"
-    assert link["mirror_status"] == "skipped_source_deleted"
-    assert await _creates(stack, "contacts") == [attempt["remote_id"]]
-    assert "remote_id__c" not in await _record_fields(stack, "Contact", "c-001")
-
-
-async def test_source_deleted_before_post_fails_closed(rig: Rig) -> None:
-    """POST-1: admitted while the record existed, deleted before the workflow ran: the
-    claim re-checks the source and fails closed with no POST."""
-    stack = rig.stack
-    await rig.start_worker()
-    save = SaveRequest(
-        connector_owner_key=OWNER,
-        action_slot_id="push-contact",
-        destination_slot_id="remote-contacts",
-        source_object="Contact",
-        source_record_id="c-001",
-        originating_user_id="alice",
-    )
-    decision = await report_save(stack.pool, None, rig.task_queue, save)  # nobody woken
-    assert isinstance(decision, CreateReserved)
-    key = contact_key("c-001")
-    stack.touched.add(key)
-    await stack.pool.execute(
-        "UPDATE crm_record SET deleted = true "
-        "WHERE source_object = 'Contact' AND record_id = 'c-001'"
-    )
-    await wake_link(stack.client, rig.task_queue, key, None)
-    attempt = await _status(stack, key, "terminal_failed")
-    assert attempt["last_error"] == "source_deleted"
-    assert attempt["remote_io_started_at"] is None
-    assert await _creates(stack, "contacts") == []
-    assert await stack.link(key) is None
-
-
-# -- remote locator uniqueness ----------------------------------------------------------
-
-
-async def test_same_remote_id_for_two_records_parks_the_second(rig: Rig) -> None:
-    """ID-4: the remote answers a second record's create with the id it already gave the
-    first (a de-duplicating or merging remote). Crafted reliably with a `status` fault
-    whose body is the first object's HubSpot representation: the runtime reads a clean
-    201 with a remote id some other link owns. The unique locator index refuses the second
-    link; the attempt parks `stale_remote_locator` — ambiguous, not terminal, because its
-    create may have landed (JRN-2) — naming the owning link; no two links claim the id."""
-    stack = rig.stack
-    await rig.start_worker()
-    await stack.push("c-001")
-    first = await _status(stack, contact_key("c-001"), "finalized")
-    remote_id = first["remote_id"]
-    [existing] = await stack.sandbox.objects("contacts")
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="POST", path=CONTACTS, action="status", status=201, body=existing)
-    )
-    await stack.push("c-002")
-    key = contact_key("c-002")
-    second = await _status(stack, key, "ambiguous_remote_effect")
-    assert second["last_error"] is not None and "stale_remote_locator" in second["last_error"]
-    assert contact_key("c-001") in second["last_error"]
-    assert await stack.link(key) is None
-    owners = await stack.pool.fetchval(
-        "SELECT count(*) FROM connector_remote_link WHERE remote_id = $1", remote_id
-    )
-    assert owners == 1
-    assert await _creates(stack, "contacts") == [remote_id]
-    ids = await eventually(lambda: _parked_ids(stack.client, key), lambda ids: bool(ids))
-    assert ids == [workflow_id(key)]
