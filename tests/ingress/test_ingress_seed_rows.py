@@ -1,6 +1,7 @@
 """Seed 004 ingress rows, each proven over HTTP against a real server and Postgres
-(issue 30; SPEC §15 C-10, ING-2, ING-3, ING-4, ING-7; SEED-ROWS-OPEN I-05, I-09, I-12,
-I-16, I-28, I-32).
+(issue 30; SPEC §15 ING-2, ING-3, ING-7; SEED-ROWS-OPEN I-05, I-16, I-28): ack_drop
+reasons and labels, best_effort still verifying, and the action switch. (The deadline
+rows are in test_ingress_deadline_rows.py.)
 
 `crm` is a retry webhook endpoint, `crm-drop` the same one opted into ack_drop and
 `actions` the workflow-action endpoint (tests/ingress/support.py).
@@ -10,23 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
 import pytest
 
 from cli.stack.postgres import EmbeddedPostgres
-from db.bounded import RELEASE_TIMEOUT_S, bounded_transaction
 from db.migrate import apply_migrations
 from ingress import app as ingress_app
-from ingress import gate
 from ingress.errors import DropReason
 from ingress.metrics import DropCounter
-from protocol.ingress_policy import WebhookEndpoint, WorkflowActionEndpoint
 from tests.ingress.pg_process import own_postgres
-from tests.ingress.pg_proxy import holding_proxy
+from tests.ingress.seed_rows_support import ACTIONS, DROP, RETRY, webhook
+from tests.ingress.seed_rows_support import live as live  # the fixture
 from tests.ingress.support import (
     ACTION_SECRET,
     NOTHING_STORED,
@@ -34,7 +32,6 @@ from tests.ingress.support import (
     config_from,
     counts,
     encode,
-    event,
     execution,
     live_server,
     make_config,
@@ -44,20 +41,9 @@ from tests.ingress.support import (
     wait_until,
 )
 
-RETRY, DROP, ACTIONS = "/webhooks/crm", "/webhooks/crm-drop", "/actions/crm"
-DEADLINE_S = 0.75  # the endpoints' default deadline (ING-4, C-10)
-# What a shared, loaded machine may add on top of a bound (as in test_postgres_hang.py).
-MARGIN_S = 1.5
-CLEANUP_CEILING_S = 0.2  # C-10
 ACK_DROP_LINE = re.compile(
     r'^connector_push_ingress_ack_drop_total\{endpoint="([^"]*)",reason="([^"]*)"\} (\d+)$'
 )
-
-
-@pytest.fixture
-async def live(db_dsn: str) -> AsyncIterator[Live]:
-    async with live_server(make_config(), db_dsn) as server:
-        yield server
 
 
 @pytest.fixture
@@ -66,87 +52,12 @@ def postgres() -> Iterator[EmbeddedPostgres]:
         yield server
 
 
-def _webhook(path: str, n: int) -> tuple[bytes, dict[str, str]]:
-    body = encode([event(n)])
-    return body, signed_headers(body, path)
-
-
 def _drop_series(metrics: str) -> dict[tuple[str, str], int]:
     series = {}
     for line in metrics.splitlines():
         if match := ACK_DROP_LINE.match(line):
             series[(match.group(1), match.group(2))] = int(match.group(3))
     return series
-
-
-# -- I-32, C-10: the default deadline and the cleanup ceiling, pinned ------------------
-
-
-def test_i32_c10_an_endpoints_default_deadline_is_750_ms() -> None:
-    """I-32 / C-10 / ING-4: an endpoint policy that does not say otherwise has a 750 ms
-    deadline, webhook and workflow action alike."""
-    document = policy_document()
-    for endpoint in document["endpoints"]:
-        endpoint.pop("deadline_ms", None)
-    policy = config_from(document).policy
-    assert {type(e): e.deadline_ms for e in policy.endpoints} == {
-        WebhookEndpoint: 750,
-        WorkflowActionEndpoint: 750,
-    }
-    assert WebhookEndpoint.model_fields["deadline_ms"].default == 750
-    assert WorkflowActionEndpoint.model_fields["deadline_ms"].default == 750
-
-
-async def test_i12_c10_a_connection_whose_reset_hangs_frees_its_slot_within_200_ms(
-    db_dsn: str,
-) -> None:
-    """I-12 / C-10: the pool's reset of a released connection hangs (the server never
-    answers it); the slot is free again within the 200 ms cleanup ceiling, and the only
-    slot of a one-connection pool can be taken at once."""
-    assert RELEASE_TIMEOUT_S <= CLEANUP_CEILING_S
-    async with holding_proxy(db_dsn) as (dsn, proxy):
-        pool = await asyncpg.create_pool(dsn, min_size=0, max_size=1)
-        try:
-            async with bounded_transaction(pool) as conn:
-                assert await conn.fetchval("SELECT 1") == 1
-            proxy.holding = True
-            async with bounded_transaction(pool) as conn:
-                await conn.fetchval("SELECT 1")
-            freed = time.monotonic()
-            proxy.holding = False
-            async with asyncio.timeout(5):
-                async with pool.acquire() as again:
-                    assert await again.fetchval("SELECT 2") == 2
-        finally:
-            pool.terminate()
-    assert proxy.held == 1 and proxy.held_at is not None, "no reset was held"
-    freed_after = freed - proxy.held_at
-    print(f"slot freed {freed_after * 1000:.0f} ms after the reset was sent")
-    # The ceiling plus what a loaded machine adds; the old 1 s ceiling is far outside.
-    assert CLEANUP_CEILING_S - 0.05 <= freed_after < CLEANUP_CEILING_S + 0.3
-
-
-async def test_i12_c10_a_hung_reset_after_commit_still_answers_in_time(
-    db_dsn: str, db_pool: asyncpg.Pool
-) -> None:
-    """I-12 / C-10 over HTTP: a must-complete action's commit succeeds but the pool's reset
-    of its connection hangs. The action still answers BLOCK within its 750 ms deadline
-    (with a cleanup ceiling above the deadline it answered 503 for a committed row), and
-    the next one is served too."""
-    async with holding_proxy(db_dsn) as (dsn, proxy), live_server(make_config(), dsn) as live:
-        proxy.holding = True
-        answers = []
-        for callback_id in ("cb-1", "cb-2"):
-            body = encode(execution(callback_id))
-            headers = signed_headers(body, ACTIONS, secret=ACTION_SECRET)
-            started = time.monotonic()
-            response = await live.client.post(ACTIONS, content=body, headers=headers)
-            answers.append((response.status_code, time.monotonic() - started))
-    assert proxy.held >= 2
-    assert [status for status, _ in answers] == [200, 200], answers
-    assert all(elapsed < DEADLINE_S + MARGIN_S for _, elapsed in answers), answers
-    stored = await db_pool.fetch("SELECT callback_id FROM workflow_action_execution")
-    assert {r["callback_id"] for r in stored} == {"cb-1", "cb-2"}
 
 
 # -- I-05: ack_drop reasons under fixed, bounded labels ---------------------------------
@@ -171,17 +82,17 @@ async def test_i05_ack_drop_counts_each_failure_under_a_fixed_bounded_reason(
         )
         async with live_server(make_config(), dsn) as live:
             statuses = []
-            body, headers = _webhook(DROP, 1)
+            body, headers = webhook(DROP, 1)
             statuses.append(await live.client.post(DROP, content=body, headers=headers))
             await admin.execute("DROP TRIGGER refuse_event ON connector_event")
             async with admin.transaction():
                 await admin.execute("LOCK TABLE connector_event IN ACCESS EXCLUSIVE MODE")
-                body, headers = _webhook(DROP, 2)
+                body, headers = webhook(DROP, 2)
                 statuses.append(await live.client.post(DROP, content=body, headers=headers))
             # Neither the retry endpoint's 503 nor an unknown path adds an ack-drop label.
             async with admin.transaction():
                 await admin.execute("LOCK TABLE connector_event IN ACCESS EXCLUSIVE MODE")
-                body, headers = _webhook(RETRY, 3)
+                body, headers = webhook(RETRY, 3)
                 assert (
                     await live.client.post(RETRY, content=body, headers=headers)
                 ).status_code == 503
@@ -191,7 +102,7 @@ async def test_i05_ack_drop_counts_each_failure_under_a_fixed_bounded_reason(
             )
             await admin.close()
             await asyncio.to_thread(postgres.stop)
-            body, headers = _webhook(DROP, 4)
+            body, headers = webhook(DROP, 4)
             statuses.append(await live.client.post(DROP, content=body, headers=headers))
             metrics = (await live.client.get("/metrics")).text
     finally:
@@ -222,72 +133,6 @@ def test_i05_the_ack_drop_label_set_is_bounded() -> None:
         "admission_failed",
         "over_capacity",
     }
-
-
-# -- I-09: a signed head with a stalled body, and a slow verification ----------------------
-
-
-async def _status_line_with_a_stalled_body(
-    live: Live, path: str, body: bytes
-) -> tuple[bytes, float]:
-    """Send a correctly signed head and one byte of `body`; the rest never comes."""
-    host, port = live.base_url.removeprefix("http://").split(":")
-    fields = {**signed_headers(body, path), "host": "x", "content-length": str(len(body))}
-    head = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
-    reader, writer = await asyncio.open_connection(host, int(port))
-    started = time.monotonic()
-    try:
-        writer.write(head.encode() + b"\r\n" + body[:1])
-        await writer.drain()
-        async with asyncio.timeout(10):
-            line = await reader.readline()
-        return line, time.monotonic() - started
-    finally:
-        writer.close()
-        await writer.wait_closed()
-
-
-async def test_i09_a_signed_head_with_a_stalled_body_is_503_or_204_within_the_deadline(
-    live: Live, db_pool: asyncpg.Pool
-) -> None:
-    """I-09 / ING-4 / ING-2: the head is signed and in time, the body stalls after one
-    byte: crm answers 503, crm-drop 204, both within the deadline, nothing stored."""
-    answers = {}
-    for path in (RETRY, DROP):
-        line, elapsed = await _status_line_with_a_stalled_body(live, path, encode([event(1)]))
-        answers[path] = (line.split(b" ")[1], elapsed)
-    print({p: f"{s.decode()} in {e * 1000:.0f} ms" for p, (s, e) in answers.items()})
-    assert {p: s for p, (s, _) in answers.items()} == {RETRY: b"503", DROP: b"204"}
-    assert all(elapsed < DEADLINE_S + MARGIN_S for _, elapsed in answers.values())
-    assert await counts(db_pool) == NOTHING_STORED
-
-
-async def test_i09_a_slow_verification_is_503_or_204_within_the_deadline(
-    live: Live, db_pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """I-09 / ING-4: verification (a stub standing in for a slow secret source or verifier)
-    takes far longer than the deadline; the deadline covers it: 503 on crm, 204 on crm-drop,
-    in time, nothing stored."""
-    real = gate.read_verified_body  # what ingress.app imported and calls
-    stalled = asyncio.Event()
-
-    async def slow_verification(*args: Any) -> bytes:
-        body = await real(*args)
-        stalled.set()
-        await asyncio.sleep(30)
-        return body
-
-    monkeypatch.setattr(ingress_app, "read_verified_body", slow_verification)
-    answers = {}
-    for path in (RETRY, DROP):
-        body, headers = _webhook(path, 1)
-        started = time.monotonic()
-        response = await live.client.post(path, content=body, headers=headers)
-        answers[path] = (response.status_code, time.monotonic() - started)
-    assert stalled.is_set()
-    assert {p: s for p, (s, _) in answers.items()} == {RETRY: 503, DROP: 204}
-    assert all(elapsed < DEADLINE_S + MARGIN_S for _, elapsed in answers.values()), answers
-    assert await counts(db_pool) == NOTHING_STORED
 
 
 # -- I-16: best_effort still verifies ----------------------------------------------------
@@ -333,7 +178,7 @@ async def test_i28_disabled_workflow_actions_leave_webhooks_admitting(
     async with live_server(make_config(workflow_action_mode="disabled"), db_dsn) as live:
         statuses = {}
         for n, path in enumerate((RETRY, DROP), start=1):
-            body, headers = _webhook(path, n)
+            body, headers = webhook(path, n)
             response = await live.client.post(path, content=body, headers=headers)
             statuses[path] = response.status_code
         body = encode(execution())
@@ -413,7 +258,7 @@ async def test_i05_postgres_shutting_down_mid_admission_counts_as_dependency_dow
             transaction = admin.transaction()
             await transaction.start()
             await admin.execute("LOCK TABLE connector_event IN ACCESS EXCLUSIVE MODE")
-            body, headers = _webhook(DROP, 1)
+            body, headers = webhook(DROP, 1)
             request = asyncio.create_task(live.client.post(DROP, content=body, headers=headers))
 
             async def admission_waits() -> bool:
