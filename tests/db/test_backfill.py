@@ -1,101 +1,37 @@
-"""Legacy-link adoption (MIG-1) against a real database: plan, apply, admission afterwards, CLI."""
+"""Legacy-link adoption (MIG-1) against a real database: plan, apply, admission afterwards,
+and every ambiguous case failing closed. (The command is in test_backfill_cli.py.)"""
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import json
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
-import yaml
-from typer.testing import CliRunner, Result
 
-from cli.main import app
-from db import records as records_q
 from db.records import Conn
-from protocol.admission import CreateReserved, PatchQueued, SaveRequest
-from protocol.backfill_facts import Outcome, RecordDecision, RejectReason
-from protocol.identity import link_key
-from services.admission import admit_save
+from protocol.admission import CreateReserved, PatchQueued
+from protocol.backfill_facts import Outcome, RejectReason
 from services.backfill import apply_backfill, plan_backfill
 from services.packs import apply_pack
-
-R = RejectReason
-
-DEMO_PACK = Path(__file__).resolve().parents[2] / "examples" / "demo-pack.yaml"
-NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
-OWNER, SLOT, DEST = "demo-owner", "push-contact", "remote-contacts"
-RID, PROV = "remote_id__c", "remote_provenance__c"
-MARKER = f"{OWNER}:{SLOT}:{DEST}"
-USER = "alice"
-CONTACT = {"Email": "ada@example.com", "FirstName": "Ada", "LastName": "Lovelace"}
-
-Fields = dict[str, Any]
-
-
-def demo(**slot_changes: Any) -> dict[str, Any]:
-    """The demo pack; `slot_changes` override the push-contact slot's keys."""
-    document = yaml.safe_load(DEMO_PACK.read_text(encoding="utf-8"))
-    assert isinstance(document, dict)
-    document = copy.deepcopy(document)
-    document["actionSlots"][0].update(slot_changes)
-    return document
-
-
-LEGACY_PAIR = {"remoteIdField": "legacy_id__c", "provenanceField": "legacy_prov__c"}
-
-
-def key_of(record_id: str, slot: str = SLOT) -> str:
-    return link_key(OWNER, slot, "Contact", record_id, DEST)
-
-
-async def put(conn: Conn, record_id: str, fields: Fields, *, deleted: bool = False) -> None:
-    await records_q.upsert_record(
-        conn, "Contact", record_id, {**CONTACT, **fields}, deleted=deleted
-    )
-
-
-async def grant(conn: Conn, *record_ids: str) -> None:
-    await records_q.upsert_object_permission(conn, USER, "Contact", True)
-    await records_q.insert_record_permissions(conn, USER, "Contact", list(record_ids))
-    await records_q.insert_field_permissions(conn, USER, "Contact", sorted(CONTACT))
-
-
-async def written(conn: Conn) -> tuple[Any, ...]:
-    """Everything adoption could write: links, attempts, PATCHes, record versions."""
-    return tuple(
-        [
-            await conn.fetchval("SELECT count(*) FROM connector_remote_link"),
-            await conn.fetchval("SELECT count(*) FROM connector_push_attempt"),
-            await conn.fetchval("SELECT count(*) FROM connector_patch_dispatch"),
-            await conn.fetch("SELECT record_id, version FROM crm_record ORDER BY record_id"),
-        ]
-    )
-
-
-def only(decisions: tuple[RecordDecision, ...], record_id: str) -> RecordDecision:
-    [found] = [d for d in decisions if d.record_id == record_id and d.action_slot_id == SLOT]
-    return found
-
-
-async def save(pool: asyncpg.Pool, record_id: str) -> object:
-    request = SaveRequest(
-        connector_owner_key=OWNER,
-        action_slot_id=SLOT,
-        destination_slot_id=DEST,
-        source_object="Contact",
-        source_record_id=record_id,
-        originating_user_id=USER,
-    )
-    return await admit_save(
-        pool, request, idempotency_key=f"idem-{record_id}", locator_value=record_id, now=NOW
-    )
-
+from tests.db.backfill_support import (
+    DEST,
+    LEGACY_PAIR,
+    MARKER,
+    NOW,
+    OWNER,
+    PROV,
+    RID,
+    SLOT,
+    Fields,
+    R,
+    demo,
+    grant,
+    key_of,
+    only,
+    put,
+    save,
+    written,
+)
 
 # -- adoption ------------------------------------------------------------------------
 
@@ -307,113 +243,3 @@ async def test_an_ambiguous_record_is_rejected_with_its_reason_and_nothing_is_wr
         decision = only(report.decisions, "c-1")
         assert (decision.outcome, decision.reason) == (Outcome.REJECTED, reason), decision
         assert report.rejected
-
-
-# -- the command -------------------------------------------------------------------------
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, ["backfill", *args])
-
-
-def prepare(dsn: str, records: dict[str, Fields]) -> None:
-    async def go() -> None:
-        conn = await asyncpg.connect(dsn)
-        try:
-            await apply_pack(conn, demo())
-            for record_id, fields in records.items():
-                await put(conn, record_id, fields)
-        finally:
-            await conn.close()
-
-    asyncio.run(go())
-
-
-def link_rows(dsn: str) -> list[tuple[str, str]]:
-    async def go() -> list[tuple[str, str]]:
-        conn = await asyncpg.connect(dsn)
-        try:
-            rows = await conn.fetch("SELECT link_key, remote_id FROM connector_remote_link")
-            return [(r["link_key"], r["remote_id"]) for r in rows]
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
-
-
-def test_cli_plan_then_apply_exit_zero_and_report_per_record(db_dsn: str) -> None:
-    prepare(db_dsn, {"c-1": {RID: "r-1", PROV: MARKER}})
-
-    planned = run("plan", "--owner-key", OWNER, "--database-url", db_dsn)
-    assert planned.exit_code == 0, planned.output
-    assert "push-contact (Contact)" in planned.stdout and "adoptable" in planned.stdout
-    assert f"{key_of('c-1')[:12]}…" in planned.stdout and "c-1" in planned.stdout
-    assert link_rows(db_dsn) == []
-
-    applied = run("apply", "--owner-key", OWNER, "--json", "--database-url", db_dsn)
-    assert applied.exit_code == 0, applied.output
-    report = json.loads(applied.stdout)
-    assert report["mode"] == "apply" and report["totals"]["adopted"] == 1
-    [record] = [r for r in report["records"] if r["record_id"] == "c-1"]
-    assert (record["outcome"], record["link_key"]) == ("adopted", key_of("c-1"))
-    assert link_rows(db_dsn) == [(key_of("c-1"), "r-1")]
-
-
-def test_cli_exits_3_when_any_record_is_rejected_but_still_adopts_the_rest(db_dsn: str) -> None:
-    prepare(db_dsn, {"c-1": {RID: "r-1", PROV: MARKER}, "c-2": {PROV: MARKER}})
-
-    result = run("apply", "--owner-key", OWNER, "--action-slot", SLOT, "--database-url", db_dsn)
-
-    assert result.exit_code == 3, result.output
-    assert "provenance_without_remote_id" in result.stdout
-    assert link_rows(db_dsn) == [(key_of("c-1"), "r-1")]
-
-
-def test_cli_rejects_an_unknown_slot_or_owner_before_reading(db_dsn: str) -> None:
-    prepare(db_dsn, {})
-    unknown_slot = run(
-        "plan", "--owner-key", OWNER, "--action-slot", "nope", "--database-url", db_dsn
-    )
-    no_pack = run("plan", "--owner-key", "nobody", "--database-url", db_dsn)
-    assert (unknown_slot.exit_code, no_pack.exit_code) == (2, 2)
-    assert "nope" in unknown_slot.output and "nobody" in no_pack.output
-
-
-def test_cli_large_runs_page_through_every_record(db_dsn: str) -> None:
-    records = {f"c-{i:03d}": {RID: f"r-{i}", PROV: MARKER} for i in range(120)}
-    prepare(db_dsn, records)
-
-    result = run(
-        "apply", "--owner-key", OWNER, "--batch-size", "50", "--json", "--database-url", db_dsn
-    )
-
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
-    contacts = [r for r in report["records"] if r["action_slot_id"] == SLOT]
-    assert len(contacts) == 120 and report["totals"]["adopted"] == 120
-    assert len(link_rows(db_dsn)) == 120
-
-
-class RecordingProgress:
-    def __init__(self) -> None:
-        self.total: int | None = None
-        self.advanced: list[int] = []
-
-    def start(self, total: int) -> None:
-        self.total = total
-
-    def advance(self, records: int) -> None:
-        self.advanced.append(records)
-
-
-async def test_progress_counts_every_record_of_the_selected_slots_page_by_page(
-    db_pool: asyncpg.Pool,
-) -> None:
-    progress = RecordingProgress()
-    async with db_pool.acquire() as conn:
-        await apply_pack(conn, demo())
-        for i in range(7):
-            await put(conn, f"c-{i}", {})
-        await records_q.upsert_record(conn, "Account", "a-1", {"Name": "Engines"})
-        await plan_backfill(conn, OWNER, [SLOT], batch_size=3, progress=progress)
-    assert (progress.total, progress.advanced) == (7, [3, 3, 1])
