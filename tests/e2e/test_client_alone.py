@@ -12,7 +12,6 @@ import sys
 import sysconfig
 import tomllib
 import venv
-import zipfile
 from pathlib import Path
 
 import asyncpg
@@ -74,22 +73,23 @@ def _requirement_names(requirements: list[str]) -> dict[str, str]:
 
 
 def _fresh_venv_with_the_client(work: Path) -> Path:
-    """A new virtualenv holding only the client's wheel, built here from `client/`; httpx
-    and pydantic come from the project's environment by a path line (nothing downloaded,
-    and that directory's own .pth files, the service's editable install, are not run)."""
-    _pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", work / "dist", CLIENT)
-    (wheel,) = (work / "dist").glob("connector_push_client-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        tops = {name.split("/")[0] for name in archive.namelist()}
-        (metadata,) = (n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        requires = re.findall(r"^Requires-Dist: (\S+)", archive.read(metadata).decode(), re.M)
-    assert tops == {"connector_push_client", metadata.split("/")[0]}
-    assert set(_requirement_names(requires)) == {"httpx", "pydantic"}
+    """A new virtualenv with `pip install ./client` in it, nothing downloaded: the client's
+    backend (flit_core), httpx and pydantic come from the project's environment by one
+    path line, which runs none of that directory's own .pth files (the service's editable
+    install stays out)."""
     venv.create(work / "venv", with_pip=False)
     python = work / "venv" / "bin" / "python"
-    _pip("--python", python, "install", "--no-deps", wheel)
-    purelib = _run(python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    (Path(purelib) / "project-dependencies.pth").write_text(sysconfig.get_paths()["purelib"])
+    purelib = Path(
+        _run(python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))")
+    )
+    (purelib / "project-dependencies.pth").write_text(sysconfig.get_path("purelib"))
+    _pip("--python", python, "install", "--no-deps", "--no-build-isolation", CLIENT)
+    (record,) = purelib.glob("connector_push_client-*.dist-info/RECORD")
+    installed = {line.split("/")[0] for line in record.read_text().splitlines()}
+    assert installed == {"connector_push_client", record.parent.name}
+    metadata = (record.parent / "METADATA").read_text()
+    requires = re.findall(r"^Requires-Dist: (\S+)", metadata, re.M)
+    assert set(_requirement_names(requires)) == {"httpx", "pydantic"}
     return python
 
 
