@@ -15,7 +15,11 @@ import venv
 from pathlib import Path
 
 import asyncpg
+import pytest
+from pydantic import ValidationError
 
+import connector_push_client as client
+import protocol.save_api as server
 from tests.e2e.conftest import contact_key
 from tests.e2e.save_api_support import CRM_KEY, save_body, save_server, stored
 
@@ -108,6 +112,39 @@ def test_protocol_takes_the_clients_wire_models_without_importing_httpx() -> Non
     """`protocol.save_api` refines `connector_push_client.models`; protocol stays pure."""
     probe = "import sys, protocol.save_api; print(sorted(m for m in sys.modules if 'httpx' in m))"
     assert _run(sys.executable, "-c", probe) == "[]"
+
+
+def test_the_client_reads_a_newer_servers_answer_and_the_server_only_its_own() -> None:
+    """Answers evolve by adding (a field, a reject reason): the client parses them; the
+    server's refinements read back only what it writes."""
+    newer = {
+        "result": {
+            "decision": "rejected",
+            "linkKey": "lk1_0",
+            "workflowId": "link/lk1_0",
+            "reason": "a_reason_added_later",
+            "addedLater": 1,
+        },
+        "addedLater": True,
+    }
+    assert client.SaveAnswer.model_validate(newer).result.reason == "a_reason_added_later"
+    with pytest.raises(ValidationError) as refused:
+        server.SaveAnswer.model_validate(newer)
+    assert {e["loc"] for e in refused.value.errors()} == {
+        ("result", "reason"),
+        ("result", "addedLater"),
+        ("addedLater",),
+    }
+
+
+def test_the_identity_part_rule_is_the_servers_on_the_clients_fields() -> None:
+    """ID-2's rule (protocol.identity) is applied by the server's SaveIn, named by alias."""
+    padded = save_body(recordId=" c-001")
+    assert client.SaveIn.model_validate(padded).record_id == " c-001"
+    with pytest.raises(ValidationError) as refused:
+        server.SaveBatchIn.model_validate({"saves": [padded]})
+    (problem,) = refused.value.errors()
+    assert problem["loc"] == ("saves", 0, "recordId") and "whitespace" in problem["msg"]
 
 
 async def test_the_client_installed_alone_saves_through_the_running_api(
