@@ -1,5 +1,6 @@
-"""Issue 10, reproduced end to end: the send journal keeps what a try may have done
-(SPEC JRN-1, JRN-2, REC-4, PROF-1, PROF-2, PROF-4).
+"""Issue 10, reproduced end to end: the send journal keeps what a create's try may have done
+(SPEC JRN-1, JRN-2, REC-4, PROF-1, PROF-3, PROF-4). (The PATCH side, PROF-2, is in
+test_patch_evidence.py.)
 
 Real Postgres, a real Temporal server and the sandbox over HTTP. Each test is
 one of the faults an outsider used to break the guarantee, now ending as the
@@ -21,11 +22,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
 from db import journal as jq
-from protocol.admission import CreateReserved, PatchQueued
+from protocol.admission import CreateReserved
 from protocol.messages import (
     LinkWorkflowInput,
     ReconcileInput,
-    RevalidateInput,
     SupersedeInput,
 )
 from sandbox.client import SandboxClient
@@ -33,14 +33,16 @@ from sandbox.config import SandboxConfig
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services.packs import apply_pack
-from tests.e2e.conftest import EXAMPLES, Stack, company_key, contact_key, deal_key, demo_manifest
+from tests.e2e.conftest import EXAMPLES, Stack, company_key, contact_key, demo_manifest
+from tests.e2e.evidence_support import refusal_chain, status_of
 from tests.e2e.rig import SteerableHooks
 from tests.e2e.support import eventually
 from workflows.link import LinkWorkflow
 
 CONTACTS = "/crm/v3/objects/contacts"
 COMPANIES = "/crm/v3/objects/companies"
-DEALS = "/crm/v3/objects/deals/*"
+
+
 # The workflow's create retry budget (8 tries, 1 s doubling to 30 s) is ~91 s.
 EXHAUSTION_S = 150.0
 
@@ -89,20 +91,6 @@ async def private_client(private_remote: PrivateRemote) -> AsyncIterator[Sandbox
         yield SandboxClient(private_remote.url, http)
 
 
-async def _status(stack: Stack, key: str, status: str, timeout_s: float = 30.0) -> asyncpg.Record:
-    return await eventually(lambda: stack.attempt(key), lambda r: r["status"] == status, timeout_s)
-
-
-def _refusal(error: BaseException) -> str:
-    """The whole cause chain of a refused update (update -> activity -> application)."""
-    parts = []
-    node: BaseException | None = error
-    while node is not None:
-        parts.append(str(node))
-        node = node.__cause__ or getattr(node, "cause", None)
-    return " | ".join(parts)
-
-
 async def _journal(stack: Stack, attempt_id: object) -> list[asyncpg.Record]:
     async with stack.pool.acquire() as conn:
         return await jq.attempt_journal(conn, str(attempt_id))
@@ -135,7 +123,7 @@ async def test_exhaustion_after_a_landed_try_parks_ambiguous_and_supersede_is_re
     )
     assert isinstance(await stack.push("c-001"), CreateReserved)
     key = contact_key("c-001")
-    parked = await _status(stack, key, "ambiguous_remote_effect", EXHAUSTION_S)
+    parked = await status_of(stack, key, "ambiguous_remote_effect", EXHAUSTION_S)
 
     assert "not sent" not in parked["last_error"] and "not_sent" not in parked["last_error"]
     assert "may have landed" in parked["last_error"]
@@ -164,7 +152,7 @@ async def test_exhaustion_after_a_landed_try_parks_ambiguous_and_supersede_is_re
         ),
     )
     assert result.accepted
-    await _status(stack, key, "finalized")
+    await status_of(stack, key, "finalized")
     assert len(await private_client.ledger(object_type="contacts", kind="create")) == 1
 
 
@@ -175,7 +163,7 @@ async def test_a_429_on_a_plain_profile_is_resent_after_retry_after(stack: Stack
     """Profile without idempotency, `notAppliedStatuses: [429]`: the 429 proves the try had
     no effect; the same frozen request goes again after Retry-After; no operator."""
     await stack.push("c-002")
-    await _status(stack, contact_key("c-002"), "finalized")
+    await status_of(stack, contact_key("c-002"), "finalized")
     await stack.sandbox.add_fault(
         FaultRuleSpec(method="POST", path=COMPANIES, action="status", status=429, nth=1)
     )
@@ -184,7 +172,7 @@ async def test_a_429_on_a_plain_profile_is_resent_after_retry_after(stack: Stack
     )
     assert isinstance(decision, CreateReserved)
     key = company_key("a-002")
-    done = await _status(stack, key, "finalized")
+    done = await status_of(stack, key, "finalized")
     journal = await _journal(stack, done["attempt_id"])
     assert [(r["outcome"], r["status"]) for r in journal] == [("answered", 429), ("answered", 201)]
     assert len(await stack.sandbox.ledger(object_type="companies", kind="create")) == 1
@@ -197,145 +185,6 @@ async def test_a_429_on_a_plain_profile_is_resent_after_retry_after(stack: Stack
     assert parked == []
 
 
-# -- problem 2: our own landed PATCH is not a remote conflict -----------------------------
-
-
-async def _finalized_deal(stack: Stack) -> asyncpg.Record:
-    await stack.push("o-001", slot="push-deal", obj="Opportunity", dest="remote-deals")
-    key = deal_key("o-001")
-    await _status(stack, key, "finalized")
-    link = await stack.link(key)
-    assert link is not None and link["remote_etag"]
-    return link
-
-
-async def _save_deal_amount(stack: Stack, amount: str) -> None:
-    await stack.pool.execute(
-        "UPDATE crm_record SET fields = fields || jsonb_build_object('Amount', $1::text) "
-        "WHERE source_object = 'Opportunity' AND record_id = 'o-001'",
-        amount,
-    )
-    decision = await stack.push("o-001", slot="push-deal", obj="Opportunity", dest="remote-deals")
-    assert isinstance(decision, PatchQueued)
-
-
-async def _patches(stack: Stack, key: str) -> list[asyncpg.Record]:
-    return await stack.pool.fetch(
-        "SELECT * FROM connector_patch_dispatch WHERE link_key = $1 ORDER BY created_at", key
-    )
-
-
-async def _settled(stack: Stack, key: str, count: int) -> list[asyncpg.Record]:
-    def done(rows: list[asyncpg.Record]) -> bool:
-        finished = [r for r in rows if r["status"] not in ("pending", "processing")]
-        return len(finished) >= count
-
-    return await eventually(lambda: _patches(stack, key), done, timeout_s=60)
-
-
-async def test_a_landed_patch_whose_answer_is_lost_is_proved_applied_by_read_back(
-    stack: Stack, remote: BackgroundSandbox
-) -> None:
-    """P-50, SPEC §15 C-2: patchReplaySafe + If-Match + readback. The PATCH lands, its
-    answer is lost. Before, it was re-sent (with the stale ETag, answered 412, then read
-    back). Now it is never sent again: a GET reads the object back, finds our values:
-    applied, new ETag stored, no suspension, one PATCH in the ledger; the next save
-    PATCHes cleanly."""
-    link = await _finalized_deal(stack)
-    key = link["link_key"]
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="PATCH", path=DEALS, action="hang_after_effect", nth=1)
-    )
-    await _save_deal_amount(stack, "100")
-    [patch] = await _settled(stack, key, 1)
-    assert patch["status"] == "succeeded"
-    current = await stack.link(key)
-    assert current is not None and current["status"] == "finalized"
-    async with httpx.AsyncClient(base_url=remote.url) as http:
-        read = await http.get(f"/crm/v3/objects/deals/{link['remote_id']}")
-    assert current["remote_etag"] == read.headers["etag"] != link["remote_etag"]
-    async with stack.pool.acquire() as conn:
-        tries = await jq.patch_journal(conn, patch["patch_id"])
-    assert [(r["outcome"], r["status"]) for r in tries] == [("no_answer", None)]
-    assert len(await stack.sandbox.ledger(object_type="deals", kind="patch")) == 1
-
-    await _save_deal_amount(stack, "200")
-    rows = await _settled(stack, key, 2)
-    assert [r["status"] for r in rows] == ["succeeded", "succeeded"]
-    patches = await stack.sandbox.ledger(object_type="deals", kind="patch")
-    assert [p.status for p in patches][-1] == 200
-
-
-async def test_a_real_out_of_band_change_still_suspends_and_revalidate_refreshes_the_etag(
-    stack: Stack, remote: BackgroundSandbox
-) -> None:
-    """The same lost answer, but someone changed the object before our read-back: it
-    differs, so the PATCH ends ambiguous (never re-sent, C-2) and the link stays
-    finalized. The next save's PATCH carries the stale ETag, gets 412, and the read-back
-    shows neither its body nor the ambiguous one: the link is suspended
-    `remote_conflict`. `revalidate` then reads the ETag back and the next save PATCHes
-    without another 412."""
-    link = await _finalized_deal(stack)
-    key = link["link_key"]
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="PATCH", path=DEALS, action="hang_after_effect", nth=1)
-    )
-    await _save_deal_amount(stack, "100")
-    await eventually(
-        lambda: stack.sandbox.ledger(object_type="deals", kind="patch"), lambda p: len(p) == 1
-    )
-    async with httpx.AsyncClient(base_url=remote.url) as http:
-        await http.patch(
-            f"/crm/v3/objects/deals/{link['remote_id']}",
-            json={"properties": {"amount": "999"}},
-        )
-    [first] = await _settled(stack, key, 1)
-    assert first["status"] == "ambiguous_remote_effect"
-    assert "read-back differs" in first["last_error"]
-    assert len(await stack.sandbox.ledger(object_type="deals", kind="patch")) == 2  # ours + theirs
-    await _save_deal_amount(stack, "150")
-    suspended = await eventually(
-        lambda: stack.link(key), lambda r: r is not None and r["status"] == "suspended_drift", 60
-    )
-    assert suspended is not None and suspended["suspend_reason"] == "remote_conflict"
-
-    handle = stack.handle(key)
-    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.needs_operator)
-    result = await handle.execute_update(
-        LinkWorkflow.revalidate, RevalidateInput(operator="ops", reason="their change is right")
-    )
-    assert "entity tag" in result.message
-    async with httpx.AsyncClient(base_url=remote.url) as http:
-        read = await http.get(f"/crm/v3/objects/deals/{link['remote_id']}")
-    refreshed = await stack.link(key)
-    assert refreshed is not None and refreshed["remote_etag"] == read.headers["etag"]
-    await _save_deal_amount(stack, "300")
-    rows = await _settled(stack, key, 3)
-    assert [r["status"] for r in rows] == ["ambiguous_remote_effect", "failed", "succeeded"]
-
-
-async def test_revalidate_is_refused_for_a_deleted_remote_object(stack: Stack) -> None:
-    link = await _finalized_deal(stack)
-    key = link["link_key"]
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="PATCH", path=DEALS, action="status", status=404)
-    )
-    await _save_deal_amount(stack, "5")
-    suspended = await eventually(
-        lambda: stack.link(key), lambda r: r is not None and r["status"] == "suspended_drift"
-    )
-    assert suspended is not None and suspended["suspend_reason"] == "remote_deleted"
-    handle = stack.handle(key)
-    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.needs_operator)
-    with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update(
-            LinkWorkflow.revalidate, RevalidateInput(operator="ops", reason="try anyway")
-        )
-    assert "retire" in _refusal(refused.value)
-    row = await stack.link(key)
-    assert row is not None and row["status"] == "suspended_drift"
-
-
 # -- problem 4: one remote object, one link -----------------------------------------------
 
 
@@ -346,7 +195,7 @@ async def _ambiguous_company(stack: Stack) -> str:
     )
     await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
     key = company_key("a-002")
-    await _status(stack, key, "ambiguous_remote_effect")
+    await status_of(stack, key, "ambiguous_remote_effect")
     await eventually(
         lambda: stack.handle(key).query(LinkWorkflow.state), lambda v: v.needs_operator
     )
@@ -359,12 +208,12 @@ async def _refused_reconcile(stack: Stack, key: str, remote_id: str) -> str:
             LinkWorkflow.reconcile,
             ReconcileInput(operator="ops", reason="r", remote_id=remote_id, evidence="e"),
         )
-    return _refusal(refused.value)
+    return refusal_chain(refused.value)
 
 
 async def test_reconcile_refuses_a_non_canonical_id(stack: Stack) -> None:
     await stack.push("c-002")
-    owned = (await _status(stack, contact_key("c-002"), "finalized"))["remote_id"]
+    owned = (await status_of(stack, contact_key("c-002"), "finalized"))["remote_id"]
     key = await _ambiguous_company(stack)
     for bad in (f" {owned}", f"{owned}\n", f"{owned}\u200b"):
         message = await _refused_reconcile(stack, key, bad)
@@ -378,9 +227,9 @@ async def test_reconcile_to_an_id_another_link_owns_names_it(stack: Stack) -> No
     (as given, or with a space in front) is refused, and the refusal names that link."""
     for contact in ("c-001", "c-002"):  # the companies' primary contacts (LANE-2)
         await stack.push(contact)
-        await _status(stack, contact_key(contact), "finalized")
+        await status_of(stack, contact_key(contact), "finalized")
     await stack.push("a-001", slot="push-company", obj="Account", dest="remote-companies")
-    owned = (await _status(stack, company_key("a-001"), "finalized"))["remote_id"]
+    owned = (await status_of(stack, company_key("a-001"), "finalized"))["remote_id"]
     key = await _ambiguous_company(stack)
     for candidate in (owned, f" {owned}"):
         assert company_key("a-001") in await _refused_reconcile(stack, key, candidate)
@@ -397,7 +246,7 @@ async def test_the_crm_entry_starts_the_workflow_already_paced(stack: Stack) -> 
     needs no budget look-up (no extra transaction per create, bench P2)."""
     await stack.push("c-001")
     key = contact_key("c-001")
-    await _status(stack, key, "finalized")
+    await status_of(stack, key, "finalized")
     events = [e async for e in stack.handle(key).fetch_history_events()]
     started = events[0].workflow_execution_started_event_attributes
     [payload] = started.input.payloads
@@ -417,41 +266,3 @@ async def test_the_crm_entry_starts_the_workflow_already_paced(stack: Stack) -> 
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
     assert scheduled[0].priority.fairness_key == given.budget.fairness_key
-
-
-async def test_a_412_caused_by_our_own_earlier_ambiguous_patch_is_not_a_conflict(
-    stack: Stack, remote: BackgroundSandbox
-) -> None:
-    """Found by `make chaos`: a PATCH that may have landed ends ambiguous (its read-back
-    was inconclusive: the GET answered 503), so the stored ETag is stale; the next save's
-    PATCH gets 412. The read-back shows the earlier PATCH's values: the tag moved because
-    of us, so it is stored and the new PATCH is sent again (200; its 412 proved it had no
-    effect), instead of suspending `remote_conflict`."""
-    document = demo_manifest(remote.url)
-    for profile in document["profiles"]:  # type: ignore[union-attr]
-        if profile["name"] == "sandbox-locator":
-            profile["idempotency"] = {"patchReplaySafe": False}
-    async with stack.pool.acquire() as conn:
-        await apply_pack(conn, document)
-    link = await _finalized_deal(stack)
-    key = link["link_key"]
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="PATCH", path=DEALS, action="hang_after_effect", nth=1)
-    )
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="GET", path=DEALS, action="status", status=503, nth=1)
-    )
-    await _save_deal_amount(stack, "100")
-    [first] = await _settled(stack, key, 1)
-    assert first["status"] == "ambiguous_remote_effect"
-    assert "read-back inconclusive" in first["last_error"]
-    await _save_deal_amount(stack, "200")
-    rows = await _settled(stack, key, 2)
-    assert [r["status"] for r in rows] == ["ambiguous_remote_effect", "succeeded"]
-    current = await stack.link(key)
-    assert current is not None and current["status"] == "finalized"
-    async with httpx.AsyncClient(base_url=remote.url) as http:
-        obj = (await http.get(f"/crm/v3/objects/deals/{link['remote_id']}")).json()
-    assert obj["properties"]["amount"] == "200"
-    statuses = [p.status for p in await stack.sandbox.ledger(object_type="deals", kind="patch")]
-    assert statuses[-1] == 200
