@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 
+from db import link_batches as batch_q
 from db import links as q
 from db import patches as patches_q
 from db.errors import invariant_errors
@@ -148,7 +149,7 @@ class _Writes:
         if self.attempts:
             # The ID-5 index is the backstop: under the key locks it cannot fire.
             with invariant_errors():
-                await q.insert_attempts(conn, self.attempts)
+                await batch_q.insert_attempts(conn, self.attempts)
         if self.patches:
             await patches_q.queue_patches(conn, self.patches)
         for key, reason, findings in self.suspensions:

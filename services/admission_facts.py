@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from db import link_batches as batch_q
 from db import links as q
 from db import packs as packs_q
 from db.records import Conn
@@ -207,18 +208,20 @@ async def load_facts(conn: Conn, items: list[SaveToAdmit]) -> AdmissionFacts:
         permissions=await store.read_permissions_many(
             sorted({k for s in saves if (k := _permission_key(s)) is not None})
         ),
-        links={k: link_snapshot(row) for k, row in (await q.links_by_keys(conn, keys)).items()},
+        links={
+            k: link_snapshot(row) for k, row in (await batch_q.links_by_keys(conn, keys)).items()
+        },
     )
     for key, link in facts.links.items():
         facts.link_states[key] = AssociationTarget(
             link_status=link.status, remote_id=link.remote_id
         )
-    for row in await q.attempt_statuses_by_keys(conn, keys):
+    for row in await batch_q.attempt_statuses_by_keys(conn, keys):
         facts.attempts.setdefault(row["link_key"], []).append(_summary(row))
     for item in items:
         if item.key in facts.links or item.key in facts.attempts:
             facts.loci[_locus(item.save)].add(item.key)
-    rows = await q.record_rows_many(conn, sorted({_record_id(s) for s in saves}))
+    rows = await batch_q.record_rows_many(conn, sorted({_record_id(s) for s in saves}))
     for row in rows:
         facts.owned[_record_id_of(row)].append(_ownership(row))
     await _load_lineage(conn, facts, saves, set(keys), rows)

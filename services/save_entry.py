@@ -20,7 +20,7 @@ from typing import Final
 import asyncpg
 from temporalio.client import Client
 
-from db import links as links_q
+from db import link_batches as batch_q
 from db import save_api as q
 from db.bounded import bounded_transaction
 from db.records import Conn
@@ -163,7 +163,7 @@ async def _admit_in(conn: Conn, saves: Sequence[SaveRequest]) -> list[AdmissionD
         idempotency_key, locator = new_idempotency_key()
         items[i] = SaveToAdmit(key, save, idempotency_key, locator)
     if items:
-        await links_q.lock_link_keys(conn, [item.key for item in items.values()])
+        await batch_q.lock_link_keys(conn, [item.key for item in items.values()])
         admitted = await admit_all_locked(conn, list(items.values()), datetime.now(UTC))
         decisions.update(zip(items, admitted, strict=True))
     return [decisions[i] for i in range(len(saves))]

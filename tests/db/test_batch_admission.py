@@ -20,6 +20,7 @@ import asyncpg
 import pytest
 import yaml
 
+from db import link_batches as batch_q
 from db import links as links_q
 from db import packs as packs_q
 from db.records import Conn
@@ -209,7 +210,7 @@ async def one_by_one(conn: Conn, batch: list[SaveToAdmit]) -> tuple[list[Any], d
 
 async def as_batch(conn: Conn, batch: list[SaveToAdmit]) -> tuple[list[Any], dict[str, Any]]:
     async with conn.transaction():
-        await links_q.lock_link_keys(conn, [item.key for item in batch])
+        await batch_q.lock_link_keys(conn, [item.key for item in batch])
         decisions = await admit_all_locked(conn, batch, NOW)
     return [comparable(d) for d in decisions], await written(conn)
 

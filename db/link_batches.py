@@ -1,0 +1,120 @@
+"""Named queries in batch form: one statement for a whole batch of saves (issue 12, P7).
+
+Each is the set-wise form of a `db.links` query (named in its docstring), run on a
+connection the caller owns, in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from db.links import Row
+from db.records import Conn
+
+
+async def lock_link_keys(conn: Conn, link_keys: list[str]) -> None:
+    """`lock_link_key` for every key, in one statement and in link-key order (the global
+    order every multi-key transaction locks in, so two of them cannot deadlock)."""
+    await conn.execute(
+        """
+        SELECT pg_advisory_xact_lock(hashtextextended(k, 7))
+        FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k) AS keys
+        ORDER BY k COLLATE "C"
+        """,
+        link_keys,
+    )
+
+
+async def links_by_keys(conn: Conn, link_keys: list[str]) -> dict[str, Row]:
+    """`link_by_key` for every key at once, locked for this transaction."""
+    rows = await conn.fetch(
+        "SELECT * FROM connector_remote_link WHERE link_key = ANY($1::text[]) FOR UPDATE",
+        link_keys,
+    )
+    return {r["link_key"]: r for r in rows}
+
+
+async def attempt_statuses_by_keys(conn: Conn, link_keys: list[str]) -> list[Row]:
+    """`attempt_statuses` of every key at once, by key and then ordinal."""
+    return await conn.fetch(
+        """
+        SELECT link_key, attempt_id, status, attempt_ordinal, dispatch_lane
+        FROM connector_push_attempt WHERE link_key = ANY($1::text[])
+        ORDER BY link_key, attempt_ordinal
+        """,
+        link_keys,
+    )
+
+
+async def lineage_rows_many(conn: Conn, loci: list[tuple[str, str, str, str]]) -> list[Row]:
+    """`lineage_rows` for every (owner key, predecessor slot, source object, record id) at
+    once: each link (kind 'link') and attempt (kind 'attempt') found there, with its key."""
+    return await conn.fetch(
+        """
+        WITH k AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
+                AS k(owner_key, slot_id, source_object, record_id)
+        )
+        SELECT 'link' AS kind, l.link_key, l.connector_owner_key, l.action_slot_id,
+               l.source_object, l.source_record_id, l.status, l.remote_id,
+               NULL::uuid AS attempt_id, NULL::integer AS attempt_ordinal,
+               NULL::text AS dispatch_lane
+        FROM connector_remote_link l JOIN k
+          ON l.connector_owner_key = k.owner_key AND l.action_slot_id = k.slot_id
+         AND l.source_object = k.source_object AND l.source_record_id = k.record_id
+        UNION ALL
+        SELECT 'attempt', a.link_key, a.connector_owner_key, a.action_slot_id,
+               a.source_object, a.source_record_id, a.status, NULL,
+               a.attempt_id, a.attempt_ordinal, a.dispatch_lane
+        FROM connector_push_attempt a JOIN k
+          ON a.connector_owner_key = k.owner_key AND a.action_slot_id = k.slot_id
+         AND a.source_object = k.source_object AND a.source_record_id = k.record_id
+        ORDER BY link_key, attempt_ordinal NULLS FIRST
+        """,
+        *([locus[i] for locus in loci] for i in range(4)),
+    )
+
+
+async def insert_attempts(conn: Conn, rows: list[dict[str, Any]]) -> None:
+    """`insert_attempt` for many `pending` attempts in one statement; every row names the
+    same columns (attempt_id included). The ID-5 index still rejects a second occupant."""
+    columns = list(rows[0])
+    assert all(c.isidentifier() for c in columns), "columns come from code"
+    assert all(list(r) == columns for r in rows)
+    listed = ", ".join(columns)
+    await conn.execute(
+        f"INSERT INTO connector_push_attempt ({listed}) SELECT {listed} "
+        "FROM jsonb_populate_recordset(NULL::connector_push_attempt, $1::jsonb)",
+        json.dumps(rows, separators=(",", ":")),
+    )
+
+
+async def record_rows_many(conn: Conn, records: list[tuple[str, str, str]]) -> list[Row]:
+    """Every link (kind 'link') and attempt (kind 'attempt') of each (owner key, source
+    object, record id), under any action or destination slot, with its key: what the
+    prior-ownership gate (GATE-1) and the lineage check (ID-6) weigh."""
+    return await conn.fetch(
+        """
+        WITH k AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
+                AS k(owner_key, source_object, record_id)
+        )
+        SELECT 'link' AS kind, l.link_key, l.connector_owner_key, l.action_slot_id,
+               l.destination_slot_id, l.source_object, l.source_record_id, l.status,
+               l.remote_id, NULL::uuid AS attempt_id, NULL::integer AS attempt_ordinal,
+               NULL::text AS dispatch_lane
+        FROM connector_remote_link l JOIN k
+          ON l.connector_owner_key = k.owner_key
+         AND l.source_object = k.source_object AND l.source_record_id = k.record_id
+        UNION ALL
+        SELECT 'attempt', a.link_key, a.connector_owner_key, a.action_slot_id,
+               a.destination_slot_id, a.source_object, a.source_record_id, a.status, NULL,
+               a.attempt_id, a.attempt_ordinal, a.dispatch_lane
+        FROM connector_push_attempt a JOIN k
+          ON a.connector_owner_key = k.owner_key
+         AND a.source_object = k.source_object AND a.source_record_id = k.record_id
+        ORDER BY link_key, attempt_ordinal NULLS FIRST
+        """,
+        *([record[i] for record in records] for i in range(3)),
+    )
