@@ -14,7 +14,7 @@ import pytest
 from protocol.manifest import parse_manifest
 from protocol.revalidation_manifest import Approval
 from protocol.snapshots import ActionConfigSnapshot
-from services import revalidation
+from services import revalidation_owner
 from services.packs import apply_pack
 from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from tests.db import rows
@@ -152,7 +152,7 @@ async def test_any_count_goes_in_operations_of_a_bounded_size(
     """C-4 at any count (NF-7): links are read and moved a page at a time, one operation
     (and transaction) per page, so the lock table and memory stay bounded; a re-run with
     the same operation id continues with fresh operation ids."""
-    monkeypatch.setattr(revalidation, "OWNER_CHUNK", 2)
+    monkeypatch.setattr(revalidation_owner, "OWNER_CHUNK", 2)
     document = rows.pack_document("email")
     async with db_pool.acquire() as conn:
         first = await apply_pack(conn, document)
