@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 PASSTHROUGH_MODULES = (
     "protocol",
     "activities",
+    "services",
     "db",
     "httpx",
     "asyncpg",
