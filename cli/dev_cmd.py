@@ -2,10 +2,11 @@
 
 The run owns its data directory (`cli/stack/lock.py`): a second run says who owns it
 and touches nothing. Embedded Postgres and the Temporal dev server start unless
-`DATABASE_URL` / `TEMPORAL_ADDRESS` point elsewhere (it says so in one line); the
-worker, ingress and sandbox remote run as supervised child processes, restarted when
-they exit; the demo pack and records are loaded on a data directory's first run (or
-with `--demo`). Ctrl-C stops everything this run started, and nothing else.
+`DATABASE_URL` / `TEMPORAL_ADDRESS` point elsewhere (it says so in one line); those
+two and the worker, ingress and sandbox remote are supervised, restarted when they
+exit (`dev status` says what is down meanwhile); the demo pack and records are
+loaded on a data directory's first run (or with `--demo`). Ctrl-C stops everything
+this run started, and nothing else.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def stack_info(config: DevConfig, endpoints: Endpoints, children: Supervisor) ->
         ingress_url=service_url(config.ingress),
         restarts=children.restart_counts(),
         children=children.pids(),
+        down=children.down(),
     )
 
 
@@ -130,6 +132,8 @@ class DevStack:
         pg = self.config.postgres
         self.postgres = EmbeddedPostgres(self.config.resolve(pg.data_dir), pg.host, pg.port)
         self.postgres.start()
+        if self.postgres.started:  # a cluster that was already running is not ours to tend
+            self.children.watch("postgres", self.postgres, time.monotonic())
         await _ensure_database(self.postgres, pg.database)
         return self.postgres.dsn(pg.database)
 
@@ -147,6 +151,7 @@ class DevStack:
         )
         self.config.logs_dir.mkdir(parents=True, exist_ok=True)
         self.temporal.start()
+        self.children.watch("temporal", self.temporal, time.monotonic())
         await self.temporal.wait_ready()
         return self.temporal.address, self.temporal.ui_url
 
@@ -189,9 +194,9 @@ class DevStack:
             for name, url in probes.items():
                 while not await _answers(http, url):
                     if exited := self.children.first_exited():
+                        child, ended = exited
                         raise StackError(
-                            f"{exited.name} exited at start ({exited.process.returncode}); "
-                            f"see {self.children.log_path(exited)}"
+                            f"{child.name} exited at start ({ended}); see {child.log_path}"
                         )
                     if asyncio.get_running_loop().time() > deadline:
                         raise StackError(f"{name} did not answer {url} within {timeout_s:.0f}s")
@@ -230,11 +235,9 @@ class DevStack:
         self.children.spawn_cli("ingress", ["ingress", "--config", policy], ingress_env, now)
 
     def stop(self) -> None:
+        # The children, then Temporal, then Postgres: only a cluster this run started
+        # (never another's) is watched, so only that one is stopped.
         self.children.stop_all()
-        if self.temporal is not None:
-            self.temporal.stop()
-        if self.postgres is not None and self.postgres.started:
-            self.postgres.stop()  # only a cluster this run started (never another's)
 
 
 def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
@@ -363,13 +366,16 @@ def register(app: typer.Typer) -> None:
 
     @dev.command("status")
     def status_command(config: ConfigPath = DEFAULT_PATH, as_json: AsJson = False) -> None:
-        """Whether a stack runs on the data directory: its PID, URLs and child restarts."""
+        """Whether a stack runs on the data directory (`degraded` while a service is down
+        and waiting to restart): its PID, URLs and restarts."""
         info = _running(config)
         if as_json:
             echo_json(info.shown())
             return
         restarts = ", ".join(f"{name} {count}" for name, count in info.restarts.items())
-        typer.echo(f"running (pid {info.pid}): {info.urls()}")
+        typer.echo(f"{info.state} (pid {info.pid}): {info.urls()}")
+        for name, ended in info.down.items():
+            typer.echo(f"down: {name} ({ended}), restarting")
         typer.echo(f"restarts: {restarts or 'none yet'}")
 
     app.add_typer(dev, name="dev")

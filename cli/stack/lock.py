@@ -35,11 +35,18 @@ class StackInfo:
     ingress_url: str
     restarts: dict[str, int] = field(default_factory=dict)
     children: dict[str, int] = field(default_factory=dict)  # name -> current PID
+    # What exited and waits out its restart backoff -> how it ended.
+    down: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        """`running`, or `degraded` while something is down."""
+        return "degraded" if self.down else "running"
 
     def shown(self) -> dict[str, object]:
         """The description for `dev status --json`: the Postgres password masked (`dev env`
         alone prints the DSN whole, for `eval`)."""
-        return {**asdict(self), "database_url": mask_dsn(self.database_url)}
+        return {**asdict(self), "database_url": mask_dsn(self.database_url), "state": self.state}
 
     def urls(self) -> str:
         """Where each service answers, the Postgres password masked (this line is shown)."""

@@ -101,6 +101,7 @@ class EmbeddedPostgres:
         self._run_as: _RunAs | None = None
         # True only once `start()` itself started the cluster: the owner stops what it started.
         self.started = False
+        self._pid: int | None = None  # the postmaster this object started
 
     @property
     def log_path(self) -> Path:
@@ -123,11 +124,31 @@ class EmbeddedPostgres:
         except StackError as exc:
             raise StackError(f"{exc}; last log lines: {self._log_tail()}") from exc
         self.started = True
+        self._pid = self._postmaster_pid()
 
     def stop(self) -> None:
         """Fast shutdown (rolls back open transactions); no-op when not running."""
         if self.is_running():
             self._pg_ctl("-w", "-t", "60", "-m", "fast", action="stop")
+
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's process id, once `start()` started it."""
+        return self._pid
+
+    def ended(self) -> str | None:
+        """None while the postmaster `start()` started runs (or if it started none); else
+        that it is gone. Not our child (`pg_ctl` detaches it): a zombie left unreaped by
+        an init that reaps nothing counts as gone."""
+        if self._pid is None or _alive(self._pid):
+            return None
+        return f"postmaster pid {self._pid} is gone"
+
+    def _postmaster_pid(self) -> int | None:
+        try:  # its first line is the postmaster's pid
+            return int((self.data_dir / "postmaster.pid").read_text(encoding="utf-8").split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
 
     def is_running(self) -> bool:
         if not (self.data_dir / "PG_VERSION").exists():
@@ -189,3 +210,17 @@ class EmbeddedPostgres:
             return "(no log)"
         tail = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
         return " | ".join(tail) + f" (full log: {self.log_path})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process by that id: alive
+        return True
+    try:  # Linux: a zombie still answers kill(0)
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return True  # no /proc (macOS): kill(0) is all there is
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import signal
 import socket
 import subprocess
 from typing import Final
@@ -10,6 +11,16 @@ from typing import Final
 
 class StackError(RuntimeError):
     """A local-stack problem with a one-line message that names the fix."""
+
+
+def exit_status(code: int) -> str:
+    """`exit 3`, or `killed by SIGKILL` for a negative Popen return code."""
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 def port_is_free(host: str, port: int) -> bool:

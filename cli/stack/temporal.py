@@ -20,7 +20,7 @@ import httpx
 from temporalio.client import Client
 
 from cli.stack.devconfig import TemporalDevConfig
-from cli.stack.process import StackError, ensure_port_free, stop_process
+from cli.stack.process import StackError, ensure_port_free, exit_status, stop_process
 
 
 def temporal_binary() -> Path:
@@ -98,6 +98,8 @@ class TemporalDevServer:
             ensure_port_free(self.config.frontend_ip, self.config.ui_port, "temporal.ui_port")
         if self.db_file is not None:
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        if self._log is not None:  # started again (`dev` restarts a server that died)
+            self._log.close()
         self._log = self.log_path.open("ab") if self.log_path else None
         self._process = subprocess.Popen(
             self.command(),
@@ -126,6 +128,11 @@ class TemporalDevServer:
         async with httpx.AsyncClient(timeout=2.0) as http:
             response = await http.get(self.ui_url)
             response.raise_for_status()
+
+    def ended(self) -> str | None:
+        """None while the server runs (or before it starts); else how it ended."""
+        code = self._process.poll() if self._process is not None else None
+        return None if code is None else exit_status(code)
 
     def _check_alive(self) -> None:
         if self._process is not None and self._process.poll() is not None:

@@ -1,25 +1,32 @@
-"""`connector-push dev` end to end (issues 2, 13): the stack comes up, answers, restarts a
-killed child, stops on Ctrl-C, and a second run reuses its data without re-applying the
+"""`connector-push dev` end to end (issues 2, 13, 31): the stack comes up, answers, restarts a
+killed child, its Temporal dev server and its Postgres (`dev status` saying what is down
+meanwhile), stops on Ctrl-C, and a second run reuses its data without re-applying the
 demo; two runs on one data directory (together or one after the other) leave the
 first untouched. Ports and data dirs come from a private copy of temporal-dev.yaml,
 so a developer's running stack is never touched."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from cli.main import app
 from cli.stack.devconfig import DEFAULT_PATH, REPO_ROOT
 from cli.stack.process import free_ports, port_is_free
 from tests.e2e.support import eventually_sync, wait_for_output
@@ -91,7 +98,108 @@ def kill_and_see_restart(config: Path, log: Path, process: subprocess.Popen[byte
     output = wait_for_output(log, "sandbox restarted (restart #1", process, timeout_s=60)
     assert "sandbox exited (killed by SIGKILL); restart #1 in 1s" in output
     restarts = status(config)["restarts"]
-    assert restarts == {"sandbox": 1, "worker": 0, "ingress": 0}
+    assert restarts == {"postgres": 0, "temporal": 0, "sandbox": 1, "worker": 0, "ingress": 0}
+
+
+def hold_port(port: int) -> socket.socket:
+    """Listen on `port` as soon as it is free (its server was killed): bound and listening,
+    so the server cannot bind it again until the socket is closed."""
+
+    def listening() -> socket.socket | None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+        except OSError:
+            sock.close()
+            return None
+        return sock
+
+    held = eventually_sync(listening, lambda sock: sock is not None, 30, interval_s=0.02)
+    assert held is not None
+    return held
+
+
+def restarted(config: Path, name: str, count: int) -> dict[str, object]:
+    """`dev status --json` once `name` has been restarted `count` times and nothing is down."""
+    return eventually_sync(
+        lambda: status(config),
+        lambda seen: seen["down"] == {} and seen["restarts"][name] == count,  # type: ignore[index]
+        timeout_s=90,
+        interval_s=0.5,
+    )
+
+
+def kill_temporal_and_see_the_truth(
+    config: Path, log: Path, process: subprocess.Popen[bytes], doc: dict[str, Any]
+) -> None:
+    """Issue 31: the dev Temporal server is supervised like the children. Killed, it is
+    restarted; while it cannot be (its port held here), `dev status` says it is down."""
+    children = status(config)["children"]
+    assert isinstance(children, dict)
+    os.kill(children["temporal"], signal.SIGKILL)
+    holder = hold_port(doc["temporal"]["frontend_port"])
+    try:
+        output = wait_for_output(log, "temporal did not restart (port", process, timeout_s=60)
+        assert "temporal exited (killed by SIGKILL); restart #1 in 1s" in output
+        # In this process: the retries (2 s, 4 s, 8 s) stop the stack if the port is held
+        # ~15 s, longer than a loaded machine may take to start two CLI processes.
+        runner = CliRunner()
+        as_json = runner.invoke(app, ["dev", "status", "--json", "--config", str(config)])
+        human = runner.invoke(app, ["dev", "status", "--config", str(config)])
+    finally:
+        holder.close()
+    seen = json.loads(as_json.stdout)
+    assert seen["state"] == "degraded", seen
+    assert "is busy" in seen["down"]["temporal"]
+    lines = human.stdout.splitlines()
+    assert lines[0].startswith("degraded (pid "), lines
+    assert lines[1].startswith("down: temporal (port 127.0.0.1:"), lines
+    wait_for_output(log, "temporal restarted (restart #1", process, timeout_s=60)
+    seen = restarted(config, "temporal", 1)
+    assert seen["state"] == "running"
+    assert seen["children"]["temporal"] != children["temporal"]  # type: ignore[index]
+    assert cli(config, "dev", "status").stdout.startswith("running (pid ")
+    ui = f"http://127.0.0.1:{doc['temporal']['ui_port']}"
+    assert poll_status(ui, 60) == 200  # the server answers again
+
+
+def kill_postgres_and_see_restart(
+    config: Path, log: Path, process: subprocess.Popen[bytes]
+) -> None:
+    """Issue 31: the embedded Postgres is supervised too: its postmaster killed, it is
+    restarted and answers on the same address."""
+    children = status(config)["children"]
+    assert isinstance(children, dict)
+    os.kill(children["postgres"], signal.SIGKILL)
+    output = wait_for_output(log, "postgres restarted (restart #1", process, timeout_s=90)
+    assert f"postgres exited (postmaster pid {children['postgres']} is gone)" in output
+    seen = restarted(config, "postgres", 1)
+    assert seen["children"]["postgres"] != children["postgres"]  # type: ignore[index]
+    dsn = json.loads(cli(config, "dev", "env", "--json").stdout)["database_url"]
+    assert asyncio.run(_select_one(dsn)) == 1
+
+
+async def _select_one(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        value: int = await conn.fetchval("SELECT 1")
+        return value
+    finally:
+        await conn.close()
+
+
+def poll_status(url: str, timeout_s: float) -> int:
+    """GET `url` until it answers 200 (the condition, not a fixed wait)."""
+
+    def code() -> int:
+        try:
+            return httpx.get(url, timeout=5).status_code
+        except httpx.HTTPError:
+            return 0
+
+    return eventually_sync(code, lambda got: got == 200, timeout_s, interval_s=0.5)
 
 
 def poll_text(url: str, needle: str, timeout_s: float) -> str:
@@ -106,6 +214,7 @@ def poll_text(url: str, needle: str, timeout_s: float) -> str:
     return eventually_sync(body, lambda text: needle in text, timeout_s, interval_s=0.5)
 
 
+@pytest.mark.timeout(300)  # two stack starts, three kills and restarts on a shared machine
 def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> None:
     doc = yaml.safe_load(dev_config.read_text())
     log = dev_config.parent / "dev.log"
@@ -125,6 +234,8 @@ def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> Non
         env = cli(dev_config, "dev", "env")
         assert f"export SANDBOX_URL=http://127.0.0.1:{s['port']}" in env.stdout.splitlines()
         kill_and_see_restart(dev_config, log, process)
+        kill_temporal_and_see_the_truth(dev_config, log, process, doc)
+        kill_postgres_and_see_restart(dev_config, log, process)
         assert process.poll() is None  # the stack stayed up
     finally:
         code = stop(process)
