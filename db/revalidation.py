@@ -22,7 +22,7 @@ from protocol.revalidation import RevalidationReceipt
 from protocol.revalidation_manifest import RevalidationMember
 
 # The LinkRowState columns, uuids as text and the profile snapshot as JSON text.
-_LINK_STATE: Final = """
+LINK_STATE_COLUMNS: Final = """
 link_key, status, connector_owner_key, action_slot_id, action_type, source_object,
 source_record_id, destination_slot_id, created_pack_install_id::text AS created_pack_install_id,
 remote_id, remote_scope, connector_namespace, flow_developer_name, flow_action_name,
@@ -51,16 +51,16 @@ LOCK_LINK_KEY: Final = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))"
 LOCK_OCCUPANCY_KEY: Final = "SELECT pg_advisory_xact_lock(hashtextextended('occupancy:' || $1, 7))"
 
 SELECT_LINK_FOR_UPDATE: Final = f"""
-SELECT {_LINK_STATE} FROM connector_remote_link WHERE link_key = $1 FOR UPDATE
+SELECT {LINK_STATE_COLUMNS} FROM connector_remote_link WHERE link_key = $1 FOR UPDATE
 """
 
 SELECT_LINKS: Final = f"""
-SELECT {_LINK_STATE} FROM connector_remote_link
+SELECT {LINK_STATE_COLUMNS} FROM connector_remote_link
 WHERE link_key = ANY($1::text[]) ORDER BY link_key COLLATE "C"
 """
 
 SELECT_FINALIZED_LINKS: Final = f"""
-SELECT {_LINK_STATE} FROM connector_remote_link
+SELECT {LINK_STATE_COLUMNS} FROM connector_remote_link
 WHERE connector_owner_key = $1 AND status = 'finalized' ORDER BY link_key COLLATE "C"
 """
 
@@ -80,7 +80,7 @@ FROM unnest($1::text[]) AS k ORDER BY k COLLATE "C"
 # Row locks are taken in the sorted order too (the lock step runs above the sort). The
 # row_version (bumped by every UPDATE of the link) is what the move compares-and-sets on.
 SELECT_LINKS_FOR_UPDATE: Final = f"""
-SELECT {_LINK_STATE}, row_version FROM connector_remote_link
+SELECT {LINK_STATE_COLUMNS}, row_version FROM connector_remote_link
 WHERE link_key = ANY($1::text[]) ORDER BY link_key COLLATE "C" FOR UPDATE
 """
 
@@ -185,7 +185,7 @@ SELECT current_setting('max_locks_per_transaction')::int AS per_transaction,
 """
 
 
-def _link_states(rows: Iterable[Record]) -> Iterator[LinkRowState]:
+def link_states_of(rows: Iterable[Record]) -> Iterator[LinkRowState]:
     """The rows as models. A bulk read's links mostly share one profile snapshot, so each
     distinct snapshot text is parsed once (issue 16, P4); validating copies it into each
     model, so no two models share it."""
@@ -215,16 +215,16 @@ async def lock_occupancy_key(conn: Conn, link_key: str) -> None:
 
 async def link_state_for_update(conn: Conn, link_key: str) -> LinkRowState | None:
     row = await conn.fetchrow(SELECT_LINK_FOR_UPDATE, link_key)
-    return None if row is None else next(_link_states([row]))
+    return None if row is None else next(link_states_of([row]))
 
 
 async def link_states(conn: Conn, link_keys: list[str]) -> list[LinkRowState]:
     """Unlocked reads for planning, in link-key order; absent keys are simply missing."""
-    return list(_link_states(await conn.fetch(SELECT_LINKS, link_keys)))
+    return list(link_states_of(await conn.fetch(SELECT_LINKS, link_keys)))
 
 
 async def finalized_link_states(conn: Conn, owner_key: str) -> list[LinkRowState]:
-    return list(_link_states(await conn.fetch(SELECT_FINALIZED_LINKS, owner_key)))
+    return list(link_states_of(await conn.fetch(SELECT_FINALIZED_LINKS, owner_key)))
 
 
 async def operation_receipts(conn: Conn, operation_id: str) -> list[RevalidationReceipt]:
@@ -267,7 +267,7 @@ class LockedRow(NamedTuple):
 async def link_states_for_update(conn: Conn, link_keys: list[str]) -> dict[str, LockedRow]:
     """The rows of `link_keys` that exist, locked; absent keys are simply missing."""
     rows = await conn.fetch(SELECT_LINKS_FOR_UPDATE, link_keys)
-    states = zip(rows, _link_states(rows), strict=True)
+    states = zip(rows, link_states_of(rows), strict=True)
     return {state.link_key: LockedRow(state, row["row_version"]) for row, state in states}
 
 
@@ -339,69 +339,9 @@ async def audit_operation(
     await conn.execute(INSERT_OPERATION_AUDIT, operation_id, command, *approval)
 
 
-# -- one command for an owner's install change (C-4) -----------------------------------
-
-# Links suspended only because the install changed: every fail-closed finding recorded at
-# the suspension is an install surface ($3). Read for planning (no locks).
-SELECT_INSTALL_SUSPENDED: Final = f"""
-SELECT {_LINK_STATE} FROM connector_remote_link
-WHERE connector_owner_key = $1 AND status = 'suspended_drift' AND suspend_reason = ANY($2::text[])
-  AND NOT EXISTS (
-      SELECT 1 FROM jsonb_array_elements(
-          CASE WHEN jsonb_typeof(drift_findings) = 'array' THEN drift_findings
-               ELSE '[]'::jsonb END) AS f
-      WHERE f->>'disposition' = 'fail_closed' AND NOT (f->>'surface' = ANY($3::text[])))
-ORDER BY link_key COLLATE "C"
-"""
-
-# suspended_drift -> finalized for those links, each still suspended for the same reason
-# (the caller holds their link locks, taken in link-key order). The install they were
-# validated under does not move here: the receipts of the revalidation that follows do.
-RESTORE_INSTALL_SUSPENDED: Final = """
-UPDATE connector_remote_link
-SET status = 'finalized', suspend_reason = NULL, drift_findings = '[]'::jsonb,
-    last_operator = $3, last_operator_reason = $4, last_operator_at = now()
-WHERE link_key = ANY($1::text[]) AND status = 'suspended_drift'
-  AND suspend_reason = ANY($2::text[])
-RETURNING link_key, suspend_reason
-"""
-
-
-async def install_suspended_link_states(
-    conn: Conn, owner_key: str, reasons: list[str], surfaces: list[str]
-) -> list[LinkRowState]:
-    """The owner's links suspended for an install change and nothing else, by link key."""
-    rows = await conn.fetch(SELECT_INSTALL_SUSPENDED, owner_key, reasons, surfaces)
-    return list(_link_states(rows))
-
-
-async def restore_install_suspended(
-    conn: Conn, link_keys: list[str], reasons: list[str], operator: tuple[str, str]
-) -> list[tuple[str, str]]:
-    """Move those of `link_keys` still suspended for `reasons` back to finalized, stamping
-    `operator` (who, why); (link key, the reason it was suspended for) of each moved."""
-    rows = await conn.fetch(RESTORE_INSTALL_SUSPENDED, link_keys, reasons, *operator)
-    return sorted((row["link_key"], row["suspend_reason"]) for row in rows)
-
-
-# Page forms for `revalidate owner` (NF-7: bounded memory at any count): link-key order.
-SELECT_FINALIZED_LINKS_PAGE: Final = f"""
-SELECT {_LINK_STATE} FROM connector_remote_link
-WHERE connector_owner_key = $1 AND status = 'finalized' AND link_key COLLATE "C" > $2
-ORDER BY link_key COLLATE "C" LIMIT $3
-"""
-
 SELECT_OPERATION_EXISTS: Final = """
 SELECT EXISTS (SELECT 1 FROM connector_link_revalidation_receipt WHERE operation_id = $1)
 """
-
-
-async def finalized_link_states_page(
-    conn: Conn, owner_key: str, after_key: str, limit: int
-) -> list[LinkRowState]:
-    """The owner's finalized links after `after_key`, at most `limit`, in link-key order."""
-    rows = await conn.fetch(SELECT_FINALIZED_LINKS_PAGE, owner_key, after_key, limit)
-    return list(_link_states(rows))
 
 
 async def operation_exists(conn: Conn, operation_id: str) -> bool:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from db import audit as audit_q
 from db import packs as packs_q
 from db import revalidation as q
+from db import revalidation_owner as owner_q
 from db.records import Conn
 from protocol.audit import AuditCommand, AuditEntry
 from protocol.drift import INSTALL_REASONS, INSTALL_SURFACE_NAMES
@@ -154,7 +155,7 @@ async def revalidate_owner(
     """
     owner, approval = request.connector_owner_key, request.approval
     install_id, pack = await _active_install(conn, owner)
-    suspended = await q.install_suspended_link_states(
+    suspended = await owner_q.install_suspended_link_states(
         conn, owner, list(INSTALL_REASONS), list(INSTALL_SURFACE_NAMES)
     )
     moves = _plan_rows(pack, install_id, suspended).mapping_moves
@@ -215,7 +216,7 @@ async def revalidate_owner(
 
 async def _finalized_pages(conn: Conn, owner: str) -> AsyncIterator[list[LinkRowState]]:
     after = ""
-    while page := await q.finalized_link_states_page(conn, owner, after, OWNER_CHUNK):
+    while page := await owner_q.finalized_link_states_page(conn, owner, after, OWNER_CHUNK):
         yield page
         after = page[-1].link_key
 
@@ -235,7 +236,7 @@ async def _restore(conn: Conn, owner: str, keys: list[str], approval: Approval) 
     who = (approval.approved_by, approval.reason)
     async with conn.transaction():
         await q.lock_link_keys(conn, keys)
-        moved = await q.restore_install_suspended(conn, keys, list(INSTALL_REASONS), who)
+        moved = await owner_q.restore_install_suspended(conn, keys, list(INSTALL_REASONS), who)
         entries = [
             AuditEntry(
                 operator=approval.approved_by,

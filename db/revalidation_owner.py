@@ -1,0 +1,71 @@
+"""Named queries for `revalidate owner` (C-4): the links an install change alone suspended,
+lifting that suspension, and the owner's finalized links page by page (NF-7).
+
+One statement per function; the caller owns the transaction and the link locks.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from db.records import Conn
+from db.revalidation import LINK_STATE_COLUMNS, link_states_of
+from protocol.link_row import LinkRowState
+
+# Links suspended only because the install changed: every fail-closed finding recorded at
+# the suspension is an install surface ($3). Read for planning (no locks).
+SELECT_INSTALL_SUSPENDED: Final = f"""
+SELECT {LINK_STATE_COLUMNS} FROM connector_remote_link
+WHERE connector_owner_key = $1 AND status = 'suspended_drift' AND suspend_reason = ANY($2::text[])
+  AND NOT EXISTS (
+      SELECT 1 FROM jsonb_array_elements(
+          CASE WHEN jsonb_typeof(drift_findings) = 'array' THEN drift_findings
+               ELSE '[]'::jsonb END) AS f
+      WHERE f->>'disposition' = 'fail_closed' AND NOT (f->>'surface' = ANY($3::text[])))
+ORDER BY link_key COLLATE "C"
+"""
+
+# suspended_drift -> finalized for those links, each still suspended for the same reason
+# (the caller holds their link locks, taken in link-key order). The install they were
+# validated under does not move here: the receipts of the revalidation that follows do.
+RESTORE_INSTALL_SUSPENDED: Final = """
+UPDATE connector_remote_link
+SET status = 'finalized', suspend_reason = NULL, drift_findings = '[]'::jsonb,
+    last_operator = $3, last_operator_reason = $4, last_operator_at = now()
+WHERE link_key = ANY($1::text[]) AND status = 'suspended_drift'
+  AND suspend_reason = ANY($2::text[])
+RETURNING link_key, suspend_reason
+"""
+
+
+async def install_suspended_link_states(
+    conn: Conn, owner_key: str, reasons: list[str], surfaces: list[str]
+) -> list[LinkRowState]:
+    """The owner's links suspended for an install change and nothing else, by link key."""
+    rows = await conn.fetch(SELECT_INSTALL_SUSPENDED, owner_key, reasons, surfaces)
+    return list(link_states_of(rows))
+
+
+async def restore_install_suspended(
+    conn: Conn, link_keys: list[str], reasons: list[str], operator: tuple[str, str]
+) -> list[tuple[str, str]]:
+    """Move those of `link_keys` still suspended for `reasons` back to finalized, stamping
+    `operator` (who, why); (link key, the reason it was suspended for) of each moved."""
+    rows = await conn.fetch(RESTORE_INSTALL_SUSPENDED, link_keys, reasons, *operator)
+    return sorted((row["link_key"], row["suspend_reason"]) for row in rows)
+
+
+# Page forms for `revalidate owner` (NF-7: bounded memory at any count): link-key order.
+SELECT_FINALIZED_LINKS_PAGE: Final = f"""
+SELECT {LINK_STATE_COLUMNS} FROM connector_remote_link
+WHERE connector_owner_key = $1 AND status = 'finalized' AND link_key COLLATE "C" > $2
+ORDER BY link_key COLLATE "C" LIMIT $3
+"""
+
+
+async def finalized_link_states_page(
+    conn: Conn, owner_key: str, after_key: str, limit: int
+) -> list[LinkRowState]:
+    """The owner's finalized links after `after_key`, at most `limit`, in link-key order."""
+    rows = await conn.fetch(SELECT_FINALIZED_LINKS_PAGE, owner_key, after_key, limit)
+    return list(link_states_of(rows))
