@@ -25,8 +25,8 @@ from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services.packs import apply_pack, get_active_pack
 from tests.e2e.conftest import OWNER, Stack, company_key, contact_key, deal_key, demo_manifest
+from tests.e2e.patch_support import Doc, apply_edit
 from tests.e2e.support import eventually
-from tests.e2e.test_patch_path import Doc, apply_edit
 
 Step = Callable[[], Awaitable[None]]
 Edit = Callable[[Doc], None]

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import Stack
-from tests.e2e.test_patch_path import (
+from tests.e2e.patch_support import (
     apply_edit,
     finalized_contact,
     flow_version,

@@ -8,9 +8,9 @@ from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services.packs import apply_pack
 from tests.e2e.conftest import Stack, company_key, contact_key, demo_manifest
+from tests.e2e.patch_support import remote_object
 from tests.e2e.support import eventually
 from tests.e2e.test_operator import WHO, _cli, cli_env  # noqa: F401 (cli_env: a fixture)
-from tests.e2e.test_patch_path import remote_object
 
 
 async def test_company_waits_for_its_contact_then_posts_with_the_association(

@@ -20,8 +20,7 @@ from protocol.errors import RejectReason
 from protocol.messages import RevalidateInput
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import OWNER, Stack, contact_key, demo_manifest
-from tests.e2e.support import eventually
-from tests.e2e.test_patch_path import (
+from tests.e2e.patch_support import (
     Doc,
     apply_edit,
     contact_slot,
@@ -31,6 +30,7 @@ from tests.e2e.test_patch_path import (
     settled,
     suspended,
 )
+from tests.e2e.support import eventually
 from workflows.link import LinkWorkflow
 
 

@@ -22,8 +22,8 @@ from protocol.admission import CreateReserved, DeferredAssociationReserved
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import Stack, company_key, contact_key
+from tests.e2e.patch_support import apply_edit, credential_ref, finalized_contact, suspended
 from tests.e2e.support import eventually
-from tests.e2e.test_patch_path import apply_edit, credential_ref, finalized_contact, suspended
 
 WHO = ["--operator", "ops@example.com", "--reason", "incident 42"]
 

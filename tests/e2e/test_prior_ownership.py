@@ -24,8 +24,8 @@ from sandbox.server import BackgroundSandbox
 from services.backfill import apply_backfill
 from services.wake import wake_link
 from tests.e2e.conftest import OWNER, Stack, company_key, contact_key
+from tests.e2e.patch_support import Doc, apply_edit
 from tests.e2e.support import eventually
-from tests.e2e.test_patch_path import Doc, apply_edit
 from workflows.link import LinkWorkflow
 
 

@@ -32,8 +32,8 @@ from services.patch import plan_patch
 from services.record_loader import load_records, parse_records_document
 from services.wake import wake_link
 from tests.e2e.conftest import OWNER, Stack, contact_key
+from tests.e2e.patch_support import Doc, apply_edit, contact_profile, contact_slot, remote_object
 from tests.e2e.support import eventually
-from tests.e2e.test_patch_path import Doc, apply_edit, contact_profile, contact_slot, remote_object
 from workflows.link import LinkWorkflow
 
 Step = Callable[[], Awaitable[None]]
