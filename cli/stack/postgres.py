@@ -114,7 +114,10 @@ class EmbeddedPostgres:
         """Initialise the cluster if new, then start it; no-op when already running
         (`started` then stays False, so a caller never stops a cluster it did not start)."""
         self._prepare_dirs()
-        if self.is_running():
+        # `pg_ctl status` takes a killed postmaster not yet reaped (a zombie) for a running
+        # one: the one this object started and saw gone is started again (Postgres itself
+        # refuses while the zombie lasts, and the supervisor retries).
+        if self.is_running() and self.ended() is None:
             return
         ensure_port_free(self.host, self.port, _PORT_SETTING)
         if not (self.data_dir / "PG_VERSION").exists():

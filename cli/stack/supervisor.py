@@ -155,6 +155,8 @@ class ServiceChild(Supervised):
 
     def respawn(self) -> None:
         self.service.start()
+        if (ended := self.service.ended()) is not None:  # e.g. it found the old one "running"
+            raise StackError(f"started, yet {ended}")
 
     def stop(self, timeout_s: float) -> None:
         self.service.stop()
