@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint fmt pytest bench chaos clean-dev venv bytecode
+.PHONY: dev test check lint fmt pytest bench chaos clean-dev venv bytecode
 
 # (Re)install when the venv is missing or pyproject.toml is newer than the last install.
 $(STAMP): pyproject.toml
@@ -47,6 +47,12 @@ pytest: bytecode
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 test: lint pytest
+
+# The inner loop before each commit (issue 31): lint, types, import contracts and every
+# test that needs no server (the pure rules in tests/unit, and tests/replay, which replays
+# the recorded histories without one). Under a minute here; `make test` runs everything.
+check: lint
+	$(BIN)/pytest -q -n 2 tests/unit tests/replay
 
 # ONLY=P4 (or P1,P5 ...) runs those parts alone; see bench/__main__.py.
 bench: bytecode
