@@ -61,6 +61,7 @@ NOT_SHELL = {"text", "json", "yaml", "python", "sql", "http", "toml", "ini"}
 ALLOWLIST: dict[str, str] = {
     "make dev": "starts the stack this test starts itself (`connector-push dev`)",
     "make test": "the whole suite, which runs this test",
+    "make check": "the server-free part of `make test`, which runs this test's parser",
     "make chaos": "a 10-minute fault campaign; tests/e2e/test_chaos.py runs a short seeded one",
     "CHAOS_SEED=": "the fault campaign again (`make chaos`), with other settings",
     "source .venv/bin/activate": "the test puts .venv/bin on PATH itself",
