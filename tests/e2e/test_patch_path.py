@@ -75,13 +75,15 @@ async def test_rapid_saves_coalesce_into_at_most_two_patches(
 ) -> None:
     link = await finalized_contact(stack)
     # Hold the first PATCH in flight so later saves coalesce into one queued PATCH (long
-    # enough for all 20 saves: the PATCH now leaves one activity sooner, issue 16).
+    # enough for all 20 saves: the PATCH now leaves one activity sooner, issue 16; 3 s was
+    # not on a loaded xdist worker), and under the 10 s HTTP timeout (REC-1), past which
+    # the held PATCH would be ambiguous (C-2).
     await stack.sandbox.add_fault(
         FaultRuleSpec(
             method="PATCH",
             path="/crm/v3/objects/contacts/*",
             action="delay_ms",
-            delay_ms=3000,
+            delay_ms=6000,
             nth=1,
         )
     )
