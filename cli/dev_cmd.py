@@ -49,7 +49,7 @@ DEMO_LOADERS: list[DemoLoader] = [load_demo]
 # Written once the demo data is loaded: later runs on this data directory leave it be.
 DEMO_MARKER = "demo-loaded"
 
-# Signing secrets for the demo ingress endpoints in `make dev` only (see README).
+# Signing secrets for the demo ingress endpoints in `make dev` only (see docs/save-api.md).
 DEV_WEBHOOK_SECRET = "dev-webhook-secret"
 DEV_ACTION_SECRET = "dev-action-secret"
 DEV_SAVE_API_KEY = "dev-save-api-key"  # the save API's demo client (API-1)

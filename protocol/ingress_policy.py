@@ -139,7 +139,7 @@ class _EndpointBase(_Strict):
     body_limit: Annotated[int, Field(gt=0, le=64 * 1024 * 1024)] = 1024 * 1024
 
 
-# What a webhook body must be (README "Webhook batches", readback `batch`). The
+# What a webhook body must be (docs/save-api.md "Webhook batches", readback `batch`). The
 # remote always sends a JSON array, so that is the one shape accepted: a bare
 # object is refused (400 `batch_not_array`) rather than guessed to be one event.
 BATCH_RULE: Final = (

@@ -27,7 +27,7 @@ and the same source record:
    the pack finds the old rows (ID-6), it does not move the remote object to the new
    slot; `backfill` does that once the old link is retired. Until it has, a create
    here would be a second remote object for the record, the one the rebind was
-   declared to keep (the README's "declare the lineage, retire the old link,
+   declared to keep (docs/packs.md: "declare the lineage, retire the old link,
    backfill": a save between the retire and the backfill must not POST). To create
    anew instead, drop the rebind from the pack (or clear the mirror pair).
 

@@ -3,7 +3,7 @@
 Fixture plugins live in `tests/fixtures/` (one file per component) so each
 component's harness has one home.
 
-A `DATABASE_URL` / `TEMPORAL_ADDRESS` left exported in the shell (the README's dev
+A `DATABASE_URL` / `TEMPORAL_ADDRESS` left exported in the shell (docs/operating.md's dev
 exports) is ignored, so `make test` never runs against a developer's stack; set
 `CONNECTOR_PUSH_TEST_USE_ENV=1` to host the test databases on `DATABASE_URL` on purpose.
 """

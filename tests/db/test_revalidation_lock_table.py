@@ -1,4 +1,4 @@
-"""A manifest larger than Postgres's lock table (SPEC §9 REV-2/3, README "revalidation"):
+"""A manifest larger than Postgres's lock table (SPEC §9 REV-2/3, docs/packs.md, revalidation):
 validate and apply take two advisory locks per member until commit, and the server's
 shared lock table holds about max_locks_per_transaction x max_connections of them. Past
 that, the run must roll back whole (nothing written), exit 5 with one line naming the

@@ -106,7 +106,7 @@ async def retire(stack: Stack, key: str) -> None:
 async def test_a_retired_old_link_is_the_operator_way_out(
     stack: Stack, remote: BackgroundSandbox
 ) -> None:
-    """Retiring the old link resolves the uncertainty (the README's "retire the old link"):
+    """Retiring the old link resolves the uncertainty (docs/packs.md: "retire the old link"):
     the renamed slot may then reserve its own create."""
     await finalize(stack, "c-002", **CONTACT)
     await apply_edit(stack.pool, remote, rename_contact_slot)
@@ -123,7 +123,7 @@ def rename_contact_slot_with_lineage(doc: Doc) -> None:
 async def test_declared_lineage_retire_and_backfill_keep_the_one_remote_object(
     stack: Stack, remote: BackgroundSandbox
 ) -> None:
-    """The README's way to keep the remote object: declare the rebind (still refused: the
+    """docs/packs.md's way to keep the remote object: declare the rebind (still refused: the
     live old link's mirror is not explained by a declaration), retire the old link (a save
     is still refused), `backfill apply` adopts its remote id under the new slot; the next
     save PATCHes."""
