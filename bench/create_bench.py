@@ -1,9 +1,7 @@
-"""The create path: P1 (creates/s over the floor's workflows/s), P2 (Postgres transactions
-per create), P8 (Temporal Cloud billable actions per create and per PATCH, beside the
-floor's), and growth (P1 and P2 again at a larger N in the same run and stack).
-
-Each round saves fresh records, so the second round runs on tables, indexes and a
-Temporal history store already holding the first round's rows: that is the growth.
+"""The product's side of P1: a round of creates through the CRM entry (creates/s, CPU per
+create, P2's Postgres transactions per create), the PATCH round, and P8 (Temporal Cloud
+billable actions per create and per PATCH, beside the floor's). bench/p1_bench.py runs
+them interleaved with the floor rounds.
 """
 
 from __future__ import annotations
@@ -12,19 +10,18 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import asyncpg
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
 
 from bench.actions import billable_actions, total
-from bench.cpu import cpu_seconds, describe, ms_per_unit
-from bench.floor import FloorInput, FloorWorkflow, floor_noop
-from bench.stack import DATABASE, BenchStack, bench_stack, record_id
+from bench.cpu import cpu_seconds, ms_per_unit
+from bench.floor_rounds import POOL_SIZE, bounded, floor_ids, floor_runs, floor_worker
+from bench.stack import BenchStack, record_id
+from bench.xacts import IDLE_FLUSH_S, settled
 from db.pool import create_pool
 from db.records import Conn
 from protocol.admission import CreateReserved, PatchQueued, SaveRequest
@@ -34,25 +31,12 @@ from services.record_loader import load_records, parse_records_document
 from worker.crm import report_save
 from worker.runtime import build_worker, remote_http_client
 
-CONCURRENCY = 50  # saves (or floor starts) in flight at once, like a busy CRM
-POOL_SIZE = 40
 QUEUE = "connector-push-bench"
-FLOOR_QUEUE = "bench-floor"
 FLOOR_SAMPLE = 20  # floor runs whose histories are counted (they are all alike)
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-async def _bounded(n: int, job: Callable[[int], Awaitable[object]]) -> list[object]:
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(i: int) -> object:
-        async with gate:
-            return await job(i)
-
-    return await asyncio.gather(*(one(i) for i in range(n)))
 
 
 def _save(i: int) -> SaveRequest:
@@ -66,85 +50,17 @@ def _save(i: int) -> SaveRequest:
     )
 
 
-# -- the floor -------------------------------------------------------------------------
-
-
-async def _floor_runs(client: Client, ids: Sequence[str]) -> float:
-    """Signal-with-start one floor workflow per id and wait for each; returns seconds."""
-    started = time.monotonic()
-
-    async def run(i: int) -> object:
-        handle = await client.start_workflow(
-            FloorWorkflow.run,
-            FloorInput(key=ids[i]),
-            id=ids[i],
-            task_queue=FLOOR_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            start_signal="poke",
-        )
-        return await handle.result()
-
-    await _bounded(len(ids), run)
-    return time.monotonic() - started
-
-
-def floor_prefix(n: int, first: int) -> str:
-    return f"n{n}-{first}"
-
-
-@dataclass(frozen=True)
-class Rate:
-    per_s: float
-    cpu_ms: dict[str, float]  # CPU per workflow or create, by component (bench.cpu)
-
-
-async def floor_rate(client: Client, processes: Mapping[str, int], n: int, prefix: str) -> Rate:
-    """Floor workflows per second: signal-with-start, one no-op activity, completed."""
-    ids = [f"floor/{prefix}/{i}" for i in range(n)]
-    async with Worker(client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow],
-                      activities=[floor_noop]):  # fmt: skip
-        before = cpu_seconds(processes)
-        seconds = await _floor_runs(client, ids)
-        return Rate(n / seconds, ms_per_unit(before, cpu_seconds(processes), n))
-
-
 async def floor_actions(client: Client, prefix: str) -> tuple[float, float]:
     """The floor's actions per create (its first run) and per PATCH (a second
     signal-with-start of the same id: the floor's run for it is a new run)."""
-    ids = [f"floor/{prefix}/{i}" for i in range(FLOOR_SAMPLE)]
+    ids = floor_ids(prefix, FLOOR_SAMPLE)
     created = await _actions_of(client, ids)
-    async with Worker(client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow],
-                      activities=[floor_noop]):  # fmt: skip
-        await _floor_runs(client, ids)
+    async with floor_worker(client):
+        await floor_runs(client, ids)
     return _mean(created), _mean(await _actions_of(client, ids))
 
 
 # -- the create path -------------------------------------------------------------------
-
-
-async def _xact_commits(stats: asyncpg.Connection) -> int:
-    """Committed transactions of the bench database, read from another database so the
-    reading itself is not counted (each autocommit statement reads fresh stats)."""
-    value = await stats.fetchval(
-        "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", DATABASE
-    )
-    return int(value)
-
-
-# An idle backend's pending counters reach pg_stat_database within PGSTAT_IDLE_INTERVAL
-# (10 s) of its last transaction, or at once when it exits.
-IDLE_FLUSH_S = 11.0
-
-
-async def _settled(stats: asyncpg.Connection, hold_s: float = 1.2) -> int:
-    """A reading of the counters that has held still for `hold_s`."""
-    last, since = await _xact_commits(stats), time.monotonic()
-    while time.monotonic() - since < hold_s:
-        await asyncio.sleep(0.2)  # poll interval; the unchanged reading is the condition
-        now = await _xact_commits(stats)
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
 
 
 async def _wait_for(conn: Conn, query: str, n: int) -> int:
@@ -167,14 +83,16 @@ PATCHED = "SELECT count(*) FROM connector_patch_dispatch WHERE status = 'succeed
 @dataclass(frozen=True)
 class Round:
     creates_per_s: float
-    transactions_per_create: float
+    transactions_per_create: float | None  # counted when the round was asked to
     link_workflow_ids: list[str]
     cpu_ms: dict[str, float]  # CPU per create, by component (bench.cpu)
 
 
-async def create_round(client: Client, stack: BenchStack, first: int, n: int) -> Round:
+async def create_round(
+    client: Client, stack: BenchStack, first: int, n: int, count: bool = True
+) -> Round:
     """Creates per second through the CRM entry until every attempt is finalized,
-    and Postgres transactions per create over the same window."""
+    and (`count`) Postgres transactions per create over the same window."""
     stats = await asyncpg.connect(stack.admin_dsn)
     # Every connection is opened before the window: P2 counts the transactions a create
     # costs, not a connection's set-up (a backend's start runs a transaction of its own),
@@ -190,16 +108,17 @@ async def create_round(client: Client, stack: BenchStack, first: int, n: int) ->
                     build_worker(client, pool, http, QUEUE),
                     pool.acquire() as watcher,
                 ):
-                    before = await _settled(stats, hold_s=IDLE_FLUSH_S)
+                    before = await settled(stats, hold_s=IDLE_FLUSH_S) if count else 0
                     cpu_before = cpu_seconds(stack.processes)
                     elapsed, polls, ids = await _creates(client, pool, watcher, first, n)
                     cpu = ms_per_unit(cpu_before, cpu_seconds(stack.processes), n)
             finally:
                 await pool.close()  # a closing backend flushes its counters at once
-            after = await _settled(stats)  # before the listener's connection closes
+            after = await settled(stats) if count else 0  # before the listener's closes
     finally:
         await stats.close()
-    return Round(n / elapsed, (after - before - polls) / n, ids, cpu)
+    xacts = (after - before - polls) / n if count else None
+    return Round(n / elapsed, xacts, ids, cpu)
 
 
 async def _creates(
@@ -212,7 +131,7 @@ async def _creates(
     async def save(i: int) -> object:
         return await report_save(pool, client, QUEUE, _save(first + i))
 
-    decisions = await _bounded(n, save)
+    decisions = await bounded(n, save)
     assert all(isinstance(d, CreateReserved) for d in decisions), decisions[:3]
     polls = await _wait_for(watcher, FINALIZED, first + n)
     keys = [d.reservation.link_key for d in decisions if isinstance(d, CreateReserved)]
@@ -230,18 +149,19 @@ async def product_worker(client: Client, dsn: str) -> AsyncIterator[asyncpg.Pool
         await pool.close()
 
 
-async def patch_round(client: Client, pool: asyncpg.Pool, dsn: str, n: int) -> None:
-    """Change records 0..n-1 and report each save: one PATCH per finalized link."""
+async def patch_round(client: Client, pool: asyncpg.Pool, first: int, n: int) -> None:
+    """Change records first..first+n-1 and report each save: one PATCH per finalized link."""
+    numbers = range(first, first + n)
     records = [
-        {"object": "Contact", "id": record_id(i), "fields": {"LastName": f"P{i}"}} for i in range(n)
+        {"object": "Contact", "id": record_id(i), "fields": {"LastName": f"P{i}"}} for i in numbers
     ]
     async with pool.acquire() as conn:
         await load_records(conn, parse_records_document({"records": records}))
 
     async def save(i: int) -> object:
-        return await report_save(pool, client, QUEUE, _save(i))
+        return await report_save(pool, client, QUEUE, _save(first + i))
 
-    decisions = await _bounded(n, save)
+    decisions = await bounded(n, save)
     assert all(isinstance(d, PatchQueued) for d in decisions), decisions[:3]
     async with pool.acquire() as watcher:
         await _wait_for(watcher, PATCHED, n)
@@ -272,7 +192,7 @@ async def _actions_of(client: Client, workflow_ids: Sequence[str]) -> list[Count
         history = await client.get_workflow_handle(workflow_ids[i]).fetch_history()
         return billable_actions(list(history.events))
 
-    return [c for c in await _bounded(len(workflow_ids), count) if isinstance(c, Counter)]
+    return [c for c in await bounded(len(workflow_ids), count) if isinstance(c, Counter)]
 
 
 def _mean(counts: Sequence[Counter[str]]) -> float:
@@ -292,94 +212,22 @@ class ActionFigures:
     floor_patch: float
 
 
-async def action_figures(client: Client, stack: BenchStack, ids: list[str]) -> ActionFigures:
-    """P8 from the create round's link workflows, then from the PATCH round over them."""
+async def action_figures(
+    client: Client, stack: BenchStack, first: int, ids: list[str], floor_prefix: str
+) -> ActionFigures:
+    """P8 from a create round's link workflows (records `first`.. onwards), then from the
+    PATCH round over them; the floor's from the floor round named `floor_prefix`."""
     async with product_worker(client, stack.dsn) as pool:  # the runs' last tasks need one
         created = await _actions_of(client, ids)
         log(f"P8 create actions per link: {_breakdown(created)}")
-        await patch_round(client, pool, stack.dsn, len(ids))
+        await patch_round(client, pool, first, len(ids))
         patched = await _actions_of(client, ids)
     deltas = [after - before for after, before in zip(patched, created, strict=True)]
     log(f"P8 PATCH actions per link: {_breakdown(deltas)}")
-    floor_create, floor_patch = await floor_actions(client, floor_prefix(len(ids), 0))
+    floor_create, floor_patch = await floor_actions(client, floor_prefix)
     return ActionFigures(
         create=_mean(created),
         patch=sum(total(a) - total(b) for a, b in zip(patched, created, strict=True)) / len(ids),
         floor_create=floor_create,
         floor_patch=floor_patch,
     )
-
-
-# -- the run ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class P1Round:
-    floor: Rate
-    created: Round
-    # The floor again once the creates are done. P1 is against the floor before; the
-    # second says how far the shared host drifted meanwhile, which bounds P1's meaning.
-    floor_after: Rate
-
-    @property
-    def drift(self) -> float:
-        return self.floor_after.per_s / self.floor.per_s - 1
-
-
-async def _p1_round(client: Client, stack: BenchStack, first: int, n: int) -> P1Round:
-    name = f"N={n}"
-    log(f"{name}: floor")
-    floor = await floor_rate(client, stack.processes, n, prefix=floor_prefix(n, first))
-    log(f"{name}: floor {floor.per_s:.1f} workflows/s; creates")
-    created = await create_round(client, stack, first, n)
-    log(f"{name}: creates {created.creates_per_s:.1f}/s; the floor again")
-    after = await floor_rate(client, stack.processes, n, prefix=f"{floor_prefix(n, first)}-after")
-    result = P1Round(floor, created, after)
-    print(
-        f"{name}  floor {floor.per_s:.1f} workflows/s  creates {created.creates_per_s:.1f}/s  "
-        f"P1 = {created.creates_per_s / floor.per_s:.2f} (target >= 0.8)  "
-        f"P2 = {created.transactions_per_create:.2f} transactions/create (target <= 3)\n"
-        f"  floor after the creates {after.per_s:.1f} workflows/s ({result.drift:+.0%})\n"
-        f"  CPU per floor workflow: {describe(floor.cpu_ms)}\n"
-        f"  CPU per create:         {describe(created.cpu_ms)}"
-    )
-    return result
-
-
-def _p1_figures(name: str, p1: P1Round) -> dict[str, float]:
-    """`name` (the ratio), the rates, and each side's CPU per unit by component."""
-    created, floor = p1.created, p1.floor
-    return {
-        name: round(created.creates_per_s / floor.per_s, 3),
-        f"{name}_creates_per_s": round(created.creates_per_s, 1),
-        f"{name}_floor_per_s": round(floor.per_s, 1),
-        f"{name}_floor_after_per_s": round(p1.floor_after.per_s, 1),
-        **{f"{name}_cpu_ms_{part}": ms for part, ms in created.cpu_ms.items()},
-        **{f"{name}_floor_cpu_ms_{part}": ms for part, ms in floor.cpu_ms.items()},
-    }
-
-
-async def run_create_bench(n: int, growth_n: int) -> dict[str, float]:
-    """P1, P2 and P8 at N, then P1 and P2 at `growth_n` (0: skip) on the same stack."""
-    results: dict[str, float] = {}
-    async with bench_stack(n + growth_n) as stack:
-        first = await _p1_round(stack.client, stack, 0, n)
-        results |= _p1_figures("P1", first)
-        results["P2"] = round(first.created.transactions_per_create, 3)
-        p8 = await action_figures(stack.client, stack, first.created.link_workflow_ids)
-        print(
-            f"P8 = {p8.create:.2f} actions/create (target <= 4), {p8.patch:.2f} actions/PATCH "
-            f"(target <= 3); the floor: {p8.floor_create:.2f} per create, "
-            f"{p8.floor_patch:.2f} per PATCH"
-        )
-        results |= {
-            "P8_create": round(p8.create, 2),
-            "P8_patch": round(p8.patch, 2),
-            "P8_floor_create": round(p8.floor_create, 2),
-            "P8_floor_patch": round(p8.floor_patch, 2),
-        }
-        if growth_n:
-            grown = await _p1_round(stack.client, stack, n, growth_n)
-            results |= _p1_figures(f"P1_n{growth_n}", grown)
-            results[f"P2_n{growth_n}"] = round(grown.created.transactions_per_create, 3)
-    return results

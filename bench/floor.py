@@ -1,7 +1,9 @@
 """The floor: the cheapest workflow shaped like a create — signal-with-start, one activity.
 
 Its rate on the same server is what the create path is compared with (P1), so the
-figure measures our overhead, not the machine or the Temporal configuration.
+figure measures our overhead, not the machine or the Temporal configuration. The same
+workflow runs the activity its input names: `floor_noop` here, or `floor_io`
+(bench/floor_io.py), which does the I/O a create cannot avoid (P1_io, issue 32).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from temporalio import activity, workflow
 
 class FloorInput(BaseModel):
     key: str
+    activity: str = "floor_noop"
 
 
 @activity.defn
@@ -33,6 +36,7 @@ class FloorWorkflow:
     @workflow.run
     async def run(self, input: FloorInput) -> str:
         await workflow.wait_condition(lambda: self._poked)
-        return await workflow.execute_activity(
-            floor_noop, input, start_to_close_timeout=timedelta(seconds=30)
+        result: str = await workflow.execute_activity(
+            input.activity, input, start_to_close_timeout=timedelta(seconds=30), result_type=str
         )
+        return result

@@ -208,10 +208,12 @@ async def load_process(port: int, concurrency: int, seconds: float) -> dict[str,
 # -- the run ---------------------------------------------------------------------
 
 
-def record(figures: dict[str, float], path: Path = RESULTS) -> None:
-    """Read-modify-write: keep every key another benchmark wrote."""
+def record(figures: dict[str, float], path: Path = RESULTS, replaces: tuple[str, ...] = ()) -> None:
+    """Read-modify-write: keep every key another benchmark wrote; the keys starting with
+    one of `replaces` are this benchmark's own, dropped first so none outlives its run."""
     path.parent.mkdir(parents=True, exist_ok=True)
     current = json.loads(path.read_text()) if path.exists() else {}
+    current = {k: v for k, v in current.items() if not k.startswith(replaces)}
     current.update(figures)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
