@@ -23,7 +23,7 @@ from db.ingress_queries import (
 from ingress.config import ConfigError
 from ingress.errors import DropReason, Unavailable
 from ingress.group_commit import GroupCommitter
-from ingress.logthrottle import ThrottledLog
+from services.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
 warn = ThrottledLog(log)

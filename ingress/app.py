@@ -32,7 +32,6 @@ from ingress.config import IngressConfig, TemporalTarget
 from ingress.dispatch import Background, WorkflowStarter
 from ingress.errors import OVER_CAPACITY_EXTENSION, DropReason, Rejection, Unavailable
 from ingress.gate import deadline_budget_ms, read_verified_body
-from ingress.logthrottle import ThrottledLog
 from ingress.metrics import DropCounter
 from ingress.relay import Relay
 from ingress.saves import SaveApi
@@ -43,6 +42,7 @@ from protocol.ingress_policy import (
     WorkflowActionEndpoint,
     WorkflowActionMode,
 )
+from services.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
 warn = ThrottledLog(log)

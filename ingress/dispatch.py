@@ -21,7 +21,6 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from db.bounded import bounded_transaction
 from db.ingress_queries import UnstartedExecution, mark_events_started, mark_execution_started
-from ingress.logthrottle import ThrottledLog
 from protocol.action_callback import (
     ACTION_CALLBACK_WORKFLOW,
     ActionCallbackInput,
@@ -30,6 +29,7 @@ from protocol.action_callback import (
 )
 from protocol.inbound import INBOUND_EVENT_WORKFLOW, InboundEventInput, event_workflow_id
 from protocol.ingress_policy import IngressPolicy, WorkflowActionEndpoint, WorkflowActionMode
+from services.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
 warn = ThrottledLog(log)

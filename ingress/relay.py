@@ -17,7 +17,7 @@ import asyncpg
 from db.bounded import bounded_transaction
 from db.ingress_queries import unstarted_events, unstarted_executions
 from ingress.dispatch import WorkflowStarter
-from ingress.logthrottle import ThrottledLog
+from services.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
 warn = ThrottledLog(log)

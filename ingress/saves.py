@@ -46,6 +46,7 @@ from protocol.save_api import (
     answer_for,
     request_hash,
 )
+from services.logthrottle import ThrottledLog
 from services.save_entry import (
     BatchOutcome,
     IdempotencyConflict,
@@ -55,6 +56,7 @@ from services.save_entry import (
 )
 
 log = logging.getLogger(__name__)
+warn = ThrottledLog(log)  # a Temporal outage repeats one cause per save
 
 RETRY_AFTER_S: Final = "5"
 IDEMPOTENCY_HEADER: Final = "idempotency-key"
@@ -254,7 +256,7 @@ def _wake_status(task: asyncio.Task[WakeStatus]) -> WakeStatus:
     if not task.done() or task.cancelled():
         return WakeStatus.DEFERRED
     if (error := task.exception()) is not None:
-        log.warning("wake-up deferred to the relay: %s", type(error).__name__)
+        warn.warning("wake-up deferred to the relay: %s", type(error).__name__)
         return WakeStatus.DEFERRED
     return task.result()
 

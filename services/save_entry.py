@@ -36,10 +36,12 @@ from protocol.rate_limit import RemoteBudgetResult
 from protocol.summary import LinkFacts, facts_of_save
 from services.admission import admit_all_locked, admit_save, key_or_rejection
 from services.admission_facts import SaveToAdmit
+from services.logthrottle import ThrottledLog
 from services.rate_limit import reservation_budget
 from services.wake import wake_link
 
 log = logging.getLogger(__name__)
+warn = ThrottledLog(log)
 
 # Long enough for a healthy frontend under load, short enough that a caller never
 # waits on a Temporal outage (the relay covers a wake-up that did not happen).
@@ -135,7 +137,8 @@ async def wake_best_effort(
             budget = await _budget(pool, decision)
             await wake_link(client, task_queue, key, save_id, budget, _facts(key, decision, save))
     except Exception as error:  # Temporal or Postgres down or slow: the relay wakes it later
-        log.warning(
+        # Once per save during an outage: one line per cause and minute, with a count.
+        warn.warning(
             "wake-up deferred to the relay: %s", type(error).__name__, extra={"link_key": key}
         )
         return WakeStatus.DEFERRED

@@ -2,13 +2,14 @@
 
 Under load one cause (Temporal slow, Postgres down) repeats thousands of times a
 minute; one line per interval saying how many keeps the log readable and cheap.
+Here, in services, so the ingress, the save entry and the worker share one throttle.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,7 +24,9 @@ class _Tally:
 
 class ThrottledLog:
     """`warning(message, *args)`: the first occurrence of a (message, args) is logged at
-    once; later ones within `interval_s` are counted and reported with the next line."""
+    once; later ones within `interval_s` are counted and reported with the next line.
+    `extra` (e.g. the link key) is not part of what repeats: the logged line carries
+    the extra of the occurrence it was logged for."""
 
     def __init__(
         self,
@@ -36,7 +39,9 @@ class ThrottledLog:
         self._clock = clock
         self._tallies: dict[tuple[object, ...], _Tally] = {}
 
-    def warning(self, message: str, *args: object) -> None:
+    def warning(
+        self, message: str, *args: object, extra: Mapping[str, object] | None = None
+    ) -> None:
         key = (message, *args)
         now = self._clock()
         tally = self._tallies.get(key)
@@ -48,4 +53,4 @@ class ThrottledLog:
             self._tallies.clear()
         self._tallies[key] = _Tally(now)
         suffix = f" ({repeats} times in the last {self._interval_s:.0f} s)" if repeats > 1 else ""
-        self._logger.warning(message + "%s", *args, suffix)
+        self._logger.warning(message + "%s", *args, suffix, extra=extra)

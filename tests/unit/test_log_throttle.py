@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from ingress.logthrottle import ThrottledLog
+from services.logthrottle import ThrottledLog
 
 
 class _Clock:
