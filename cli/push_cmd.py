@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Final
 
 import asyncpg
@@ -27,17 +25,17 @@ from temporalio.client import Client
 from cli.database import AsJson, DatabaseUrl, bad_input, echo_json, resolve_dsn
 from cli.entry import admission_pool, connect_best_effort, run_closing_temporal, runtime_settings
 from cli.errors import EXIT_REJECTED
+from cli.push_progress import PROGRESS_INTERVAL_S, ProgressLines, Tally, progress_line, scope_of
 from db import push as q
 from protocol.admission import ObservedActiveAttempt, Rejected, SaveRequest
 from protocol.identity import link_key
-from protocol.states import ATTEMPT_RELEASED, AttemptStatus
+from protocol.states import ATTEMPT_RELEASED
 from services.packs import get_active_pack
 from services.rate_limit import pack_change_listener
 from services.save_entry import WakeStatus, admit_one, wake_best_effort
 
 PAGE: Final = 200
 EXIT_INTERRUPTED: Final = 130
-PARKED: Final = (AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, AttemptStatus.TERMINAL_FAILED)
 _RELEASED: Final = [s.value for s in ATTEMPT_RELEASED]
 
 _stderr = Console(stderr=True)
@@ -69,61 +67,6 @@ class Target:
 
 # How often progress (finalized, parked) is read while saves are admitted or settle.
 WATCH_INTERVAL_S = 0.5
-
-
-@dataclass
-class Tally:
-    """What this run did so far; read by the live display and the summary."""
-
-    started: float = field(default_factory=time.monotonic)
-    admitted_keys: list[str] = field(default_factory=list)
-    rejected: Counter[str] = field(default_factory=Counter)
-    skipped_linked: int = 0
-    skipped_active: int = 0
-    observed_active: int = 0
-    not_found: list[str] = field(default_factory=list)
-    wake_deferred: int = 0
-    statuses: dict[str, int] = field(default_factory=dict)
-    interrupted: bool = False
-
-    @property
-    def admitted(self) -> int:
-        return len(self.admitted_keys)
-
-    @property
-    def rate(self) -> float:
-        return self.admitted / max(time.monotonic() - self.started, 1e-6)
-
-    def count(self, *statuses: AttemptStatus) -> int:
-        return sum(self.statuses.get(s.value, 0) for s in statuses)
-
-    @property
-    def settled(self) -> bool:
-        return self.count(AttemptStatus.FINALIZED, *PARKED) >= self.admitted
-
-    def summary(self) -> dict[str, object]:
-        return {
-            "admitted": self.admitted,
-            "finalized": self.count(AttemptStatus.FINALIZED),
-            "parked": self.count(*PARKED),
-            "rejected": sum(self.rejected.values()),
-            "rejected_by_reason": dict(self.rejected),
-            "skipped_already_linked": self.skipped_linked,
-            "skipped_active_attempt": self.skipped_active + self.observed_active,
-            "not_found": self.not_found,
-            "wake_deferred": self.wake_deferred,
-            "admitted_per_s": round(self.rate, 1),
-            "elapsed_s": round(time.monotonic() - self.started, 2),
-            "interrupted": self.interrupted,
-        }
-
-    def line(self) -> Text:
-        s = self.summary()
-        return Text(
-            f"admitted {s['admitted']} · finalized {s['finalized']} · parked {s['parked']} · "
-            f"rejected {s['rejected']} · skipped {self.skipped_linked} linked, "
-            f"{s['skipped_active_attempt']} active · {self.rate:.1f} admitted/s"
-        )
 
 
 async def resolve_target(
@@ -221,6 +164,14 @@ async def watch(pool: asyncpg.Pool, tally: Tally) -> None:
         tally.statuses = await q.latest_attempt_statuses(conn, tally.admitted_keys)
 
 
+@dataclass(frozen=True)
+class Display:
+    """Where progress goes: a live line on a terminal, else plain lines on stderr."""
+
+    live: Live | None
+    every_s: float = PROGRESS_INTERVAL_S
+
+
 async def push(
     dsn: str,
     target_args: tuple[str, str, str | None],
@@ -229,12 +180,16 @@ async def push(
     concurrency: int,
     wait: bool,
     tally: Tally,
-    live: Live | None,
+    display: Display,
 ) -> None:
     settings = runtime_settings()
     # The budget-rate cache beside a listener: no periodic re-read over a long push (P2).
     async with admission_pool(dsn, max_size=concurrency + 1) as pool, pack_change_listener(pool):
         target = await resolve_target(pool, *target_args)
+        scope = await scope_of(
+            pool, target.owner_key, target.destination_slot, target.source_object, record_ids, limit
+        )
+        lines = ProgressLines(scope, display.every_s) if display.live is None else None
         client = await connect_best_effort(settings)
         run = Run(pool, client, settings.task_queue, target, concurrency)
         admitting = asyncio.create_task(admit_all(run, record_ids, limit, tally))
@@ -245,8 +200,10 @@ async def push(
                 else:
                     await asyncio.wait([admitting], timeout=WATCH_INTERVAL_S)
                 await watch(pool, tally)
-                if live is not None:
-                    live.update(tally.line())
+                if display.live is not None:
+                    display.live.update(Text(progress_line(tally, scope)))
+                elif lines is not None:
+                    lines.tick(tally)
             await admitting
         finally:  # Ctrl-C: stop admitting; a cancelled admission rolls back, committed ones stand
             admitting.cancel()
@@ -275,6 +232,15 @@ def register(app: typer.Typer) -> None:
         wait: Annotated[
             bool, typer.Option("--wait/--no-wait", help="watch until every save settles")
         ] = True,
+        progress_every: Annotated[
+            float,
+            typer.Option(
+                "--progress-every",
+                min=0.1,
+                max=3600,
+                help="seconds between progress lines on stderr when it is not a terminal",
+            ),
+        ] = PROGRESS_INTERVAL_S,
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
@@ -283,12 +249,13 @@ def register(app: typer.Typer) -> None:
         skipped. Ctrl-C stops admitting; admitted saves stand and are dispatched.
 
         Exits 3 when any save was rejected or a --record-id was not found (every other
-        save stands), 130 when interrupted."""
+        save stands), 130 when interrupted. Progress goes to stderr: a live line on a
+        terminal, else (or with --json) a plain line every --progress-every seconds."""
         if bool(record_id) == all_records:
             bad_input("pass --all or at least one --record-id (not both)")
         tally = Tally()
         show = not as_json and _stderr.is_terminal
-        live = Live(tally.line(), console=_stderr, refresh_per_second=4) if show else None
+        live = Live(Text(tally.line()), console=_stderr, refresh_per_second=4) if show else None
         args = (owner_key, action_slot, user)
         try:
             with live or contextlib.nullcontext():
@@ -301,7 +268,7 @@ def register(app: typer.Typer) -> None:
                         concurrency,
                         wait,
                         tally,
-                        live,
+                        Display(live, progress_every),
                     )
                 )
         except KeyboardInterrupt:
@@ -324,7 +291,7 @@ def _print_summary(tally: Tally, as_json: bool) -> None:
             f"{tally.skipped_active + tally.observed_active} with an active attempt",
             highlight=False,
         )
-    console.print(tally.line(), highlight=False)
+    console.print(Text(tally.line()), highlight=False)
     if tally.rejected:
         reasons = ", ".join(f"{r} {n}" for r, n in tally.rejected.most_common())
         console.print(f"rejected: {reasons}", highlight=False)

@@ -22,6 +22,15 @@ async def record_ids_after(conn: Conn, source_object: str, after: str, limit: in
     return [r["record_id"] for r in rows]
 
 
+async def count_live_records(conn: Conn, source_object: str) -> int:
+    """How many live records an object has (a push's scope, for its time left)."""
+    n = await conn.fetchval(
+        "SELECT count(*) FROM crm_record WHERE source_object = $1 AND NOT deleted",
+        source_object,
+    )
+    return int(n)
+
+
 async def live_record_ids(conn: Conn, source_object: str, ids: Sequence[str]) -> set[str]:
     rows = await conn.fetch(
         "SELECT record_id FROM crm_record WHERE source_object = $1 AND NOT deleted "

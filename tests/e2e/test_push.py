@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 
 import asyncpg
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from cli.main import app
 from cli.stack.temporal import TemporalDevServer
@@ -45,8 +46,13 @@ def _args(*extra: str) -> list[str]:
 
 
 async def _invoke(env: dict[str, str], *args: str) -> tuple[int, str]:
-    result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
-    return result.exit_code, result.output
+    """The exit code and stdout (the summary; progress lines go to stderr)."""
+    result = await _run(env, *args)
+    return result.exit_code, result.stdout
+
+
+async def _run(env: dict[str, str], *args: str) -> Result:
+    return await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
 
 
 async def test_push_all_admits_each_record_once_and_a_second_run_admits_nothing(
@@ -89,10 +95,39 @@ async def test_push_named_records_limit_and_bad_input(
         and limited["skipped_active_attempt"] + limited["skipped_already_linked"] == 1
     )
     assert (await _invoke(env, *_args()))[0] == 2  # neither --all nor --record-id
-    code, output = await _invoke(
+    result = await _run(
         env, "push", "--owner-key", OWNER, "--action-slot", "nope", "--user", "alice", "--all"
     )
-    assert code == 2 and "no active pack with action slot" in output
+    assert result.exit_code == 2 and "no active pack with action slot" in result.stderr
+
+
+async def test_piped_push_writes_plain_progress_lines_to_stderr_and_json_to_stdout(
+    stack: Stack, temporal_server: TemporalDevServer, db_dsn: str
+) -> None:
+    """Issue 33 item 5: not on a terminal (a job, a pipe), progress is a plain line on
+    stderr every --progress-every seconds, with the time left at the budget's pace (the
+    demo pack's 100 requests per 10 s, paced at 8/s); stdout is only the summary."""
+    stack.touched.update(contact_key(r) for r in ["c-001", "c-004"])
+    env = _env(stack, temporal_server, db_dsn)
+    result = await _run(
+        env,
+        *_args("--record-id", "c-001", "--record-id", "c-004", "--json"),
+        "--progress-every",
+        "0.1",
+    )
+    assert result.exit_code == 3, result.output  # c-004 is rejected; c-001 stands
+    summary = json.loads(result.stdout)  # exactly one JSON document
+    assert summary["admitted"] == 1 and summary["finalized"] == 1
+    lines = result.stderr.splitlines()
+    progress = [line for line in lines if line.startswith("push: ")]
+    assert progress, result.stderr
+    assert re.fullmatch(
+        r"push: admitted [01], finalized [01], parked 0, rejected [01], "
+        r"skipped 0 linked \+ 0 active; [\d.]+ admitted/s, [\d.]+ finalized/s; "
+        r"[0-2] saves left, time left ~\d+s at the budget's pace \(8\.0 requests/s\)",
+        progress[0],
+    ), progress[0]
+    assert "\x1b" not in result.stderr and "push: " not in result.stdout
 
 
 async def _bulk_contacts(pool: asyncpg.Pool) -> list[str]:
