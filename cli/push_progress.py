@@ -169,9 +169,12 @@ class ProgressLines:
         if self._written_at is not None and now - self._written_at < self._interval_s:
             return
         self._written_at = now
-        out = self._stream()
-        out.write(progress_line(tally, self.scope) + "\n")
-        out.flush()
+        try:
+            out = self._stream()
+            out.write(progress_line(tally, self.scope) + "\n")
+            out.flush()
+        except (OSError, ValueError):  # stderr closed (a pipe's reader gone): admission goes on
+            self._interval_s = float("inf")
 
 
 async def scope_of(

@@ -46,3 +46,11 @@ def test_one_line_per_interval_the_first_at_once() -> None:
         now[0] = t
         lines.tick(tally)
     assert len(out.getvalue().splitlines()) == 3  # at 0, 5.0 and 10.1
+
+
+def test_a_closed_stderr_stops_the_lines_not_the_push() -> None:
+    closed = io.StringIO()
+    closed.close()
+    lines = ProgressLines(Scope(10, None, 1.0), 0.1, stream=lambda: closed, clock=lambda: 0.0)
+    lines.tick(_tally(admitted=1, finalized=0))  # ValueError: I/O operation on closed file
+    lines.tick(_tally(admitted=2, finalized=0))
