@@ -173,26 +173,50 @@ async def patch_round(client: Client, pool: asyncpg.Pool, first: int, n: int) ->
 SETTLE_TIMEOUT_S = 120.0
 
 
-async def _idle(client: Client, workflow_id: str) -> None:
-    """Until the run has no workflow task and no activity pending: a finalized attempt
-    is committed before the task that upserts the search attributes and starts the idle
-    timer, so a history read at once would miss those."""
-    handle = client.get_workflow_handle(workflow_id)
+@dataclass(frozen=True)
+class RunActions:
+    run_id: str
+    counts: Counter[str]
+
+
+async def _run_actions(client: Client, workflow_id: str, run_id: str | None = None) -> RunActions:
+    """The billable actions of one run (the latest if `run_id` is None), once it has no
+    workflow task and no activity pending: a finalized attempt is committed before the
+    run's last task, so a history read at once could miss what that task does."""
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
     async with asyncio.timeout(SETTLE_TIMEOUT_S):
         while True:
-            raw = (await handle.describe()).raw_description
+            described = await handle.describe()
+            raw = described.raw_description
             if not raw.HasField("pending_workflow_task") and not raw.pending_activities:
-                return
+                break
             await asyncio.sleep(0.1)  # poll interval; the description is the condition
+    run = client.get_workflow_handle(workflow_id, run_id=described.run_id)
+    history = await run.fetch_history()
+    return RunActions(described.run_id, billable_actions(list(history.events)))
+
+
+async def _runs_of(client: Client, workflow_ids: Sequence[str]) -> list[RunActions]:
+    async def count(i: int) -> RunActions:
+        return await _run_actions(client, workflow_ids[i])
+
+    return [r for r in await bounded(len(workflow_ids), count) if isinstance(r, RunActions)]
 
 
 async def _actions_of(client: Client, workflow_ids: Sequence[str]) -> list[Counter[str]]:
-    async def count(i: int) -> Counter[str]:
-        await _idle(client, workflow_ids[i])
-        history = await client.get_workflow_handle(workflow_ids[i]).fetch_history()
-        return billable_actions(list(history.events))
+    return [run.counts for run in await _runs_of(client, workflow_ids)]
 
-    return [c for c in await bounded(len(workflow_ids), count) if isinstance(c, Counter)]
+
+async def _since(client: Client, workflow_id: str, before: RunActions) -> Counter[str]:
+    """The actions a workflow id cost after `before` was read: the rest of that run (if it
+    was still open) and the latest run, if the PATCH's signal-with-start opened one (a
+    run that ended with its work, WF-1'). A run between the two would be missed; one
+    save per link opens at most one."""
+    latest = await _run_actions(client, workflow_id)
+    if latest.run_id == before.run_id:
+        return latest.counts - before.counts
+    again = await _run_actions(client, workflow_id, before.run_id)
+    return latest.counts + (again.counts - before.counts)
 
 
 def _mean(counts: Sequence[Counter[str]]) -> float:
@@ -218,16 +242,19 @@ async def action_figures(
     """P8 from a create round's link workflows (records `first`.. onwards), then from the
     PATCH round over them; the floor's from the floor round named `floor_prefix`."""
     async with product_worker(client, stack.dsn) as pool:  # the runs' last tasks need one
-        created = await _actions_of(client, ids)
-        log(f"P8 create actions per link: {_breakdown(created)}")
+        created = await _runs_of(client, ids)
+        log(f"P8 create actions per link: {_breakdown([r.counts for r in created])}")
         await patch_round(client, pool, first, len(ids))
-        patched = await _actions_of(client, ids)
-    deltas = [after - before for after, before in zip(patched, created, strict=True)]
+
+        async def since(i: int) -> Counter[str]:
+            return await _since(client, ids[i], created[i])
+
+        deltas = [c for c in await bounded(len(ids), since) if isinstance(c, Counter)]
     log(f"P8 PATCH actions per link: {_breakdown(deltas)}")
     floor_create, floor_patch = await floor_actions(client, floor_prefix)
     return ActionFigures(
-        create=_mean(created),
-        patch=sum(total(a) - total(b) for a, b in zip(patched, created, strict=True)) / len(ids),
+        create=_mean([r.counts for r in created]),
+        patch=_mean(deltas),
         floor_create=floor_create,
         floor_patch=floor_patch,
     )
