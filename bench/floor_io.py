@@ -5,9 +5,10 @@ A create commits three Postgres transactions (P2 = 3.00; the CRM entry's admissi
 activity's claim with its RemoteIOStartedAt checkpoint, and its finalize + mirror) and
 sends one POST. The floor_io activity does the same count, each transaction a single
 statement on `bench_floor_io` in the bench database — a copy of `connector_push_attempt`
-(`LIKE ... INCLUDING ALL`: its columns, defaults, checks and indexes; no foreign keys)
-written with a real attempt's values, so every row is as wide as a create's — and one
-POST to the sandbox through the worker's HTTP client (`remote_http_client`):
+(`LIKE ... INCLUDING ALL`: its columns, defaults, checks and indexes; not its foreign
+keys or its guard triggers, which are the product's choice) written with a real
+attempt's values, so every row is as wide as a create's — and one POST to the sandbox
+through the worker's HTTP client (`remote_http_client`):
 
 1. INSERT the pending row (the admission's analogue);
 2. UPDATE it to processing with a claim token and its checkpoint (the claim);
@@ -29,6 +30,7 @@ from typing import Any, Final
 import asyncpg
 import httpx
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from bench.floor import FloorInput
 from protocol.request import wire_body
@@ -129,7 +131,15 @@ class FloorIO:
 
     @activity.defn(name=ACTIVITY)
     async def floor_io(self, input: FloorInput) -> str:
-        key, template = input.key, self._template
+        """One try only: a retry would meet its own row's unique key and fail forever, so
+        a failure fails the floor workflow and the round says so instead of hanging."""
+        try:
+            return await self._io(input.key)
+        except Exception as error:
+            raise ApplicationError(f"floor_io: {error!r}", non_retryable=True) from error
+
+    async def _io(self, key: str) -> str:
+        template = self._template
         attempt_id = await self._pool.fetchval(
             _INSERT, f"lk1_{_digest(key)}", key, *template.admitted
         )
