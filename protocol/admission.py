@@ -162,6 +162,9 @@ class PatchQueued(Snapshot):
     request: PatchRequest
     authority: AuthoritySnapshot
     findings: tuple[Finding, ...] = ()
+    # PROF-3: the remote budget the PATCH spends, so the entry can start the link's run
+    # already paced (a run that looks it up costs a billed local activity, NF-6).
+    budget_key: str | None = None
 
 
 class ObservedActiveAttempt(Snapshot):

@@ -35,6 +35,7 @@ from protocol.errors import RejectReason
 from protocol.identity import InvalidIdentityPart, link_key
 from protocol.manifest import ActionSlot, AssociationMode
 from protocol.ownership import prior_ownership
+from protocol.rate_limit import budget_key
 from protocol.request import PatchRequest, build_patch_request, freeze_create_request
 from protocol.snapshots import (
     ActionConfigSnapshot,
@@ -351,7 +352,7 @@ def _decide_patch(ctx: AdmissionContext, key: str, link: LinkSnapshot) -> PatchQ
     findings = tuple(classify(link, ctx.active.model_copy(update={"readable_fields": readable})))
     if fails_closed(list(findings)):
         return Rejected(reason=R.DRIFT_FAIL_CLOSED, link_key=key, findings=findings)
-    action, destination, _ = ctx.active.require()
+    action, destination, profile = ctx.active.require()
     prepared = _authorize_and_plan(ctx, key, action)
     if isinstance(prepared, Rejected):
         return prepared
@@ -370,4 +371,5 @@ def _decide_patch(ctx: AdmissionContext, key: str, link: LinkSnapshot) -> PatchQ
         request=request,
         authority=authority,
         findings=findings,
+        budget_key=budget_key(destination.remote_scope, profile.credential_ref),
     )

@@ -169,6 +169,12 @@ async def reservation_budget(
     return budget_result(key, await _cached_rates(pool), FAIRNESS_DEFAULT_PER_SECOND)
 
 
+async def queued_patch_budget(pool: asyncpg.Pool, key: str) -> RemoteBudgetResult:
+    """The budget a queued PATCH spends (its key decided at admission), from the cached
+    rates, so the CRM entry can start the link's run already paced (PROF-3, NF-6)."""
+    return budget_result(key, await _cached_rates(pool), FAIRNESS_DEFAULT_PER_SECOND)
+
+
 async def current_budget_rates(pool: asyncpg.Pool) -> dict[str, float]:
     """Each limited budget's paced rate, from every active pack, read in one transaction
     (one snapshot of which installs are active, and one round of commits, not one each).

@@ -28,6 +28,7 @@ from protocol.admission import (
     AdmissionDecision,
     CreateReserved,
     DeferredAssociationReserved,
+    PatchQueued,
     Rejected,
     SaveRequest,
 )
@@ -37,7 +38,7 @@ from protocol.summary import LinkFacts, facts_of_save
 from services.admission import admit_all_locked, admit_save, key_or_rejection
 from services.admission_facts import SaveToAdmit
 from services.logthrottle import ThrottledLog
-from services.rate_limit import reservation_budget
+from services.rate_limit import queued_patch_budget, reservation_budget
 from services.wake import wake_link
 
 log = logging.getLogger(__name__)
@@ -102,11 +103,16 @@ def _facts(key: str, decision: AdmissionDecision, save: SaveRequest | None) -> L
 async def _budget(
     pool: asyncpg.Pool | None, decision: AdmissionDecision
 ) -> RemoteBudgetResult | None:
-    """PROF-3: the reservation's budget (cached rates); None: the workflow looks it up."""
-    if pool is None or not isinstance(decision, CreateReserved | DeferredAssociationReserved):
+    """PROF-3: the reservation's or the queued PATCH's budget (cached rates); None: the
+    workflow looks it up."""
+    if pool is None:
         return None
     try:
-        return await reservation_budget(pool, decision.reservation.request)
+        if isinstance(decision, CreateReserved | DeferredAssociationReserved):
+            return await reservation_budget(pool, decision.reservation.request)
+        if isinstance(decision, PatchQueued) and decision.budget_key is not None:
+            return await queued_patch_budget(pool, decision.budget_key)
+        return None
     except (asyncpg.PostgresError, OSError):
         return None
 
