@@ -1,23 +1,26 @@
-"""`connector-push audit`: the operator audit trail (SPEC OPS-2), newest first."""
+"""`connector-push audit`: the operator audit trail (SPEC OPS-2), newest first, a page at
+a time by cursor (`cli.paging`, issue 34 item 4)."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
+from cli import paging
+from cli.database import AsJson, DatabaseUrl, bad_input, connect
 from cli.database import resolve_dsn as _dsn
 from db import audit as q
 from protocol.audit import AuditRecord
 from protocol.retention import AgeInvalid, AgeTooLong, parse_age
 
 _stdout = Console(highlight=False)
+AUDIT_LIMIT: Final = 100
 
 
 def _since(text: str | None) -> datetime | None:
@@ -39,10 +42,11 @@ def _since(text: str | None) -> datetime | None:
 
 
 async def _entries(
-    dsn: str, link_key: str | None, since: datetime | None, limit: int
+    dsn: str, link_key: str | None, since: datetime | None, limit: int, before: int | None
 ) -> list[AuditRecord]:
+    """One page and one entry more (which says there are more)."""
     async with connect(dsn) as conn:
-        return await q.entries(conn, link_key, since, limit)
+        return await q.entries(conn, link_key, since, limit + 1, before)
 
 
 def _short(value: object) -> str:
@@ -88,16 +92,29 @@ def audit_command(
     since: Annotated[
         str | None, typer.Option("--since", help="An age (24h, 7d) or an ISO-8601 time.")
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most N.")] = 100,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=10_000, help="Entries per page.")
+    ] = AUDIT_LIMIT,
+    after: paging.After = None,
     database_url: DatabaseUrl = None,
     as_json: AsJson = False,
 ) -> None:
-    """Every operator action: who, when, why, the command, the state before and after."""
-    records = asyncio.run(_entries(_dsn(database_url), link_key, _since(since), limit))
+    """Every operator action: who, when, why, the command, the state before and after;
+    a page at a time, newest first (stderr names the next page)."""
+    before = paging.int_cursor(after, "audit")
+    found = asyncio.run(_entries(_dsn(database_url), link_key, _since(since), limit, before))
+    records = found[:limit]
     if as_json:
-        echo_json([r.model_dump(mode="json") for r in records])
+        for record in records:
+            paging.json_line(record.model_dump(mode="json"))
     else:
         _print(records)
+    if len(found) > limit:
+        command = ["audit", *(["--link-key", link_key] if link_key else [])]
+        command += [*(["--since", since] if since else [])]
+        command += [*(["--limit", str(limit)] if limit != AUDIT_LIMIT else [])]
+        cursor = paging.encode_cursor("audit", records[-1].audit_id)
+        paging.say_more(command, cursor, as_json, database_url is not None)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,12 @@
-"""`save`, `links list|show`, `attempts list|show`: the CRM's entry and the operator's view."""
+"""`save`, `links list|show`, `attempts list|show`: the CRM's entry and the operator's view.
+Lists page by keyset cursor (`cli.paging`, issue 34 item 4)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from typing import Annotated, Any, Final
 
 import asyncpg
@@ -12,7 +15,7 @@ from pydantic import TypeAdapter
 from rich.console import Console
 from rich.markup import escape
 
-from cli import link_views
+from cli import link_views, paging
 from cli.database import AsJson, DatabaseUrl, connect_postgres, resolve_dsn
 from cli.entry import (
     admission_pool,
@@ -23,22 +26,17 @@ from cli.entry import (
 )
 from cli.errors import EXIT_REJECTED, fail
 from db import journal as journal_q
+from db import pages
 from protocol.admission import AdmissionDecision, SaveRequest
 from protocol.states import AttemptStatus, LinkStatus
 from worker.crm import SaveOutcome, WakeStatus, report_save_outcome, wake_best_effort
 
 console = Console()
-_stderr = Console(stderr=True)
 _DECISION = TypeAdapter(AdmissionDecision)
 LIST_LIMIT: Final = 500
 ListLimit = Annotated[
-    int, typer.Option("--limit", min=1, max=100_000, help="show at most N rows, newest first")
+    int, typer.Option("--limit", min=1, max=100_000, help="rows per page, newest first")
 ]
-
-LINK_COLUMNS = "link_key, source_object, source_record_id, action_slot_id, status, remote_id"
-ATTEMPT_COLUMNS = (
-    "attempt_id, link_key, source_record_id, attempt_ordinal, status, dispatch_lane, last_error"
-)
 
 
 async def _save(dsn: str, save: SaveRequest) -> SaveOutcome:
@@ -57,14 +55,6 @@ async def _save(dsn: str, save: SaveRequest) -> SaveOutcome:
         if wake is WakeStatus.DEFERRED:
             warn_deferred()
         return SaveOutcome(outcome.decision, wake)
-
-
-async def _rows(dsn: str, sql: str, *args: object) -> list[dict[str, Any]]:
-    conn = await connect_postgres(dsn)
-    try:
-        return [dict(r) for r in await conn.fetch(sql, *args)]
-    finally:
-        await conn.close()
 
 
 JOURNAL_COLUMNS = (
@@ -103,25 +93,49 @@ async def _attempt_and_journal(
         await conn.close()
 
 
-def _list(dsn: str, sql: str, status: str | None, limit: int, as_json: bool, title: str) -> None:
-    """The newest `limit` rows (`sql` takes the status and a row count); one row more is
-    read so that a cut list says so on stderr, whatever the output format."""
-    rows = asyncio.run(_rows(dsn, sql, status, limit + 1))
-    _print(rows[:limit], as_json, title)
-    if len(rows) > limit:
-        _stderr.print(
-            f"note: showing the newest {limit} {title}; there are more "
-            "(pass --limit N, or --status to narrow)",
-            highlight=False,
-            soft_wrap=True,
-        )
+async def _page(
+    dsn: str,
+    rows: Callable[[asyncpg.Connection], AsyncGenerator[dict[str, Any]]],
+    limit: int,
+    as_json: bool,
+    title: str,
+) -> dict[str, Any] | None:
+    """Print one page (a table, or JSON Lines as the rows come); the last row shown when
+    there are more, else None."""
+    shown: list[dict[str, Any]] = []
+    conn = await connect_postgres(dsn)
+    try:
+        last = await paging.take(rows(conn), limit, paging.json_line if as_json else shown.append)
+    finally:
+        await conn.close()
+    if not as_json:
+        link_views.print_rows(shown, title)
+    return last
 
 
-def _print(rows: list[dict[str, Any]], as_json: bool, title: str) -> None:
-    if as_json:
-        console.print_json(json.dumps(rows, default=str))
-        return
-    link_views.print_rows(rows, title)
+def _list(
+    command: list[str],
+    database_url: str | None,
+    rows: Callable[[asyncpg.Connection], AsyncGenerator[asyncpg.Record]],
+    cursor_of: Callable[[dict[str, Any]], str],
+    limit: int,
+    as_json: bool,
+) -> None:
+    """One page, newest first; a line on stderr names the next page when there is one."""
+    dsn = resolve_dsn(database_url)
+    title = f"{command[0]} (newest first)"
+    page = _page(dsn, lambda c: _as_dicts(rows(c)), limit, as_json, title)
+    last = asyncio.run(page)
+    if last is not None:
+        if limit != LIST_LIMIT:
+            command = [*command, "--limit", str(limit)]
+        paging.say_more(command, cursor_of(last), as_json, database_url is not None)
+
+
+async def _as_dicts(rows: AsyncGenerator[asyncpg.Record]) -> AsyncGenerator[dict[str, Any]]:
+    async with aclosing(rows):
+        async for row in rows:
+            yield dict(row)
 
 
 def register(app: typer.Typer) -> None:
@@ -163,29 +177,43 @@ def register(app: typer.Typer) -> None:
     def links_list(
         status: Annotated[LinkStatus | None, typer.Option(help="filter by status")] = None,
         limit: ListLimit = LIST_LIMIT,
+        after: paging.After = None,
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
-        """List links, newest first (a line on stderr says when more exist)."""
-        sql = (
-            f"SELECT {LINK_COLUMNS} FROM connector_remote_link "
-            "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT $2"
+        """List links, newest first, a page at a time (stderr names the next page)."""
+        start = paging.time_key_cursor(after, "links")
+        value = status and status.value
+        _list(
+            ["links", "list", *(["--status", value] if value else [])],
+            database_url,
+            lambda c: pages.links_page(c, value, start, limit),
+            lambda r: paging.encode_cursor("links", r["created_at"].isoformat(), r["link_key"]),
+            limit,
+            as_json,
         )
-        _list(resolve_dsn(database_url), sql, status and status.value, limit, as_json, "links")
 
     @attempts.command("list")
     def attempts_list(
         status: Annotated[AttemptStatus | None, typer.Option(help="filter by status")] = None,
         limit: ListLimit = LIST_LIMIT,
+        after: paging.After = None,
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
-        """List create attempts, newest first (a line on stderr says when more exist)."""
-        sql = (
-            f"SELECT {ATTEMPT_COLUMNS} FROM connector_push_attempt "
-            "WHERE $1::text IS NULL OR status = $1 ORDER BY created_at DESC LIMIT $2"
+        """List create attempts, newest first, a page at a time (stderr names the next)."""
+        start = paging.uuid_cursor(after, "attempts")
+        value = status and status.value
+        _list(
+            ["attempts", "list", *(["--status", value] if value else [])],
+            database_url,
+            lambda c: pages.attempts_page(c, value, start, limit),
+            lambda r: paging.encode_cursor(
+                "attempts", r["created_at"].isoformat(), str(r["attempt_id"])
+            ),
+            limit,
+            as_json,
         )
-        _list(resolve_dsn(database_url), sql, status and status.value, limit, as_json, "attempts")
 
     @attempts.command("show")
     def attempts_show(

@@ -1,12 +1,13 @@
 """`links find` and `links show`: find a link by what you know, then one view of its key
-(SPEC OPS-1, JRN-1). Both answer from Postgres, the source of truth, with `--json` too."""
+(SPEC OPS-1, JRN-1). Both answer from Postgres, the source of truth, with `--json` too;
+`find` pages by cursor (`cli.paging`, issue 34 item 4)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Annotated, Any, Final, TypeVar
 
 import asyncpg
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cli import paging
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, resolve_dsn
 from cli.errors import fail
 from db import journal as journal_q
@@ -30,6 +32,7 @@ from services.rows import view_of
 console = Console()
 PATCHES_SHOWN: Final = 20
 FIND_LIMIT: Final = 500
+CANDIDATES: Final = 1_000  # parked keys read at once for `--park-reason`
 JOURNAL_COLUMNS: Final = (
     "journal_id",
     "attempt_ordinal",
@@ -162,17 +165,31 @@ async def find(
     record_id: str | None,
     remote_id: str | None,
     reason: ParkReason | None,
-) -> list[dict[str, Any]]:
-    if record_id is not None:
-        rows = await sq.links_by_record_id(conn, record_id, FIND_LIMIT)
-    elif remote_id is not None:
-        rows = await sq.links_by_remote_id(conn, remote_id, FIND_LIMIT)
-    else:
-        rows = await sq.parked_candidates(conn, FIND_LIMIT * 10)
-    found = [_found(r) for r in rows]
-    if reason is not None:
-        found = [f for f in found if f["park_reason"] == reason.value]
-    return found[:FIND_LIMIT]
+    after: str = "",
+    limit: int = FIND_LIMIT,
+) -> AsyncGenerator[dict[str, Any]]:
+    """The keys matching after `after`, in link-key order, at most `limit + 1` (the extra
+    one says there are more). Park reasons are computed here, so candidates are read in
+    batches until enough match."""
+    wanted = limit + 1
+    while wanted > 0:
+        batch = wanted if reason is None else max(wanted, CANDIDATES)
+        if record_id is not None:
+            rows = await sq.links_by_record_id(conn, record_id, after, batch)
+        elif remote_id is not None:
+            rows = await sq.links_by_remote_id(conn, remote_id, after, batch)
+        else:
+            rows = await sq.parked_candidates(conn, after, batch)
+        for row in rows:
+            found = _found(row)
+            if reason is None or found["park_reason"] == reason.value:
+                yield found
+                wanted -= 1
+                if wanted == 0:
+                    return
+        if len(rows) < batch:
+            return
+        after = rows[-1]["link_key"]
 
 
 def _park_reason(value: str | None) -> ParkReason | None:
@@ -219,18 +236,43 @@ def register(links: typer.Typer) -> None:
             str | None,
             typer.Option("--park-reason", help="why it waits: " + ", ".join(ParkReason)),
         ] = None,
+        limit: Annotated[
+            int, typer.Option("--limit", min=1, max=100_000, help="link keys per page")
+        ] = FIND_LIMIT,
+        after: paging.After = None,
         database_url: DatabaseUrl = None,
         as_json: AsJson = False,
     ) -> None:
-        """Find link keys by what you know: a record id, a remote id or a park reason."""
-        given = [v for v in (record_id, remote_id, park_reason_name) if v is not None]
+        """Find link keys by what you know: a record id, a remote id or a park reason; a
+        page at a time in link-key order (stderr names the next page)."""
+        given = [
+            (option, v)
+            for option, v in (
+                ("--record-id", record_id),
+                ("--remote-id", remote_id),
+                ("--park-reason", park_reason_name),
+            )
+            if v is not None
+        ]
         if len(given) != 1:
             bad_input("give exactly one of --record-id, --remote-id, --park-reason")
         reason = _park_reason(park_reason_name)
-        found = _run(resolve_dsn(database_url), lambda c: find(c, record_id, remote_id, reason))
-        if as_json:
-            console.print_json(json.dumps(found, default=str))
-        elif not found:
-            console.print("no link key has rows matching that")
-        else:
-            print_rows(found, f"{len(found)} link key(s)")
+        start = paging.text_cursor(after, "find") or ""
+        shown: list[dict[str, Any]] = []
+
+        async def page(conn: asyncpg.Connection) -> dict[str, Any] | None:
+            found = find(conn, record_id, remote_id, reason, start, limit)
+            return await paging.take(found, limit, paging.json_line if as_json else shown.append)
+
+        last = _run(resolve_dsn(database_url), page)
+        if not as_json:
+            if shown:
+                print_rows(shown, f"{len(shown)} link key(s)" + (", more follow" if last else ""))
+            else:
+                console.print("no link key has rows matching that")
+        if last is not None:
+            command = ["links", "find", *given[0]]
+            if limit != FIND_LIMIT:
+                command += ["--limit", str(limit)]
+            cursor = paging.encode_cursor("find", last["link_key"])
+            paging.say_more(command, cursor, as_json, database_url is not None)

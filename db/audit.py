@@ -30,15 +30,18 @@ FROM unnest(
 ORDER BY n
 """
 
+# A keyset page, newest first (issue 34 item 4): $4 is the audit id a page starts before.
 SELECT_AUDIT: Final = """
 SELECT audit_id, recorded_at, operator, reason, command, link_key, arguments::text AS arguments,
        state_before::text AS state_before, state_after::text AS state_after, outcome
 FROM connector_operator_audit
 WHERE ($1::text IS NULL OR link_key = $1)
   AND ($2::timestamptz IS NULL OR recorded_at >= $2)
+  AND audit_id < $4
 ORDER BY audit_id DESC
 LIMIT $3
 """
+NO_AUDIT_ID: Final = 2**63 - 1  # above every audit id: the first page
 
 
 def _json_or_null(value: object) -> str | None:
@@ -72,7 +75,13 @@ def _record(row: Record) -> AuditRecord:
 
 
 async def entries(
-    conn: Conn, link_key: str | None, since: datetime | None, limit: int
+    conn: Conn,
+    link_key: str | None,
+    since: datetime | None,
+    limit: int,
+    before: int | None = None,
 ) -> list[AuditRecord]:
-    """The newest `limit` entries (newest first), optionally of one link and since a time."""
-    return [_record(row) for row in await conn.fetch(SELECT_AUDIT, link_key, since, limit)]
+    """The newest `limit` entries (newest first) older than audit id `before`, optionally
+    of one link and since a time."""
+    rows = await conn.fetch(SELECT_AUDIT, link_key, since, limit, before or NO_AUDIT_ID)
+    return [_record(row) for row in rows]

@@ -40,12 +40,12 @@ async def link_facts(conn: Conn, link_keys: list[str]) -> list[Row]:
 
 
 # One row per link key: its facts, the link's state and the newest attempt's, the last
-# finished PATCH and whether one is queued: what `protocol.park.park_reason` reads.
+# finished PATCH and whether one is queued: what `protocol.park.park_reason` reads. Keyset
+# pages in link-key order (issue 34 item 4): $1 the row count, $2 the key a page starts
+# after ('' for the first), $3 what is looked for; each branch walks an index from $2.
 _FOUND: Final = """
 WITH keys AS (
-    SELECT link_key FROM connector_remote_link WHERE {link_filter}
-    UNION
-    SELECT link_key FROM connector_push_attempt WHERE {attempt_filter}
+    {keys}
 )
 SELECT k.link_key,
        COALESCE(l.connector_owner_key, a.connector_owner_key) AS connector_owner_key,
@@ -72,27 +72,45 @@ ORDER BY k.link_key
 LIMIT $1
 """
 
+
+def _keys(*branches: tuple[str, str]) -> str:
+    """The union of each (table, filter) branch's keys after $2, in key order, at most $1
+    distinct ones from each (so a branch stops after a page instead of reading every
+    match, and the union's first $1 are the first $1 overall)."""
+    return "\n    UNION\n    ".join(
+        f"(SELECT DISTINCT link_key FROM {table} WHERE ({where}) AND link_key > $2"
+        " ORDER BY link_key LIMIT $1)"
+        for table, where in branches
+    )
+
+
+LINK: Final = "connector_remote_link"
+ATTEMPT: Final = "connector_push_attempt"
 BY_RECORD_ID: Final = _FOUND.format(
-    link_filter="source_record_id = $2", attempt_filter="source_record_id = $2"
+    keys=_keys((LINK, "source_record_id = $3"), (ATTEMPT, "source_record_id = $3"))
 )
-BY_REMOTE_ID: Final = _FOUND.format(link_filter="remote_id = $2", attempt_filter="remote_id = $2")
+BY_REMOTE_ID: Final = _FOUND.format(
+    keys=_keys((LINK, "remote_id = $3"), (ATTEMPT, "remote_id = $3"))
+)
 # Candidates only: the caller keeps those whose `park_reason` is the one asked for.
 PARKED: Final = _FOUND.format(
-    link_filter="status = 'suspended_drift' OR link_key IN (SELECT link_key FROM"
-    " connector_patch_dispatch WHERE status = 'ambiguous_remote_effect')",
-    attempt_filter="status IN ('ambiguous_remote_effect', 'terminal_failed')",
+    keys=_keys(
+        (LINK, "status = 'suspended_drift'"),
+        ("connector_patch_dispatch", "status = 'ambiguous_remote_effect'"),
+        (ATTEMPT, "status IN ('ambiguous_remote_effect', 'terminal_failed')"),
+    )
 )
 
 
-async def links_by_record_id(conn: Conn, record_id: str, limit: int) -> list[Row]:
-    return await conn.fetch(BY_RECORD_ID, limit, record_id)
+async def links_by_record_id(conn: Conn, record_id: str, after: str, limit: int) -> list[Row]:
+    return await conn.fetch(BY_RECORD_ID, limit, after, record_id)
 
 
-async def links_by_remote_id(conn: Conn, remote_id: str, limit: int) -> list[Row]:
-    return await conn.fetch(BY_REMOTE_ID, limit, remote_id)
+async def links_by_remote_id(conn: Conn, remote_id: str, after: str, limit: int) -> list[Row]:
+    return await conn.fetch(BY_REMOTE_ID, limit, after, remote_id)
 
 
-async def parked_candidates(conn: Conn, limit: int) -> list[Row]:
-    """Every key that may need an operator (a parked attempt, a suspended link, a PATCH
-    whose outcome was unknown)."""
-    return await conn.fetch(PARKED, limit)
+async def parked_candidates(conn: Conn, after: str, limit: int) -> list[Row]:
+    """Keys that may need an operator (a parked attempt, a suspended link, a PATCH whose
+    outcome was unknown), the first `limit` after `after`."""
+    return await conn.fetch(PARKED, limit, after)

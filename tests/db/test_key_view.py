@@ -55,10 +55,10 @@ async def test_a_parked_create_without_a_link_is_found_and_explained(
     shown = await key_view(conn, key, all_patches=False)
     assert shown["link"] is None and shown["park_reason"] == "terminal_failed"
     assert [a["status"] for a in shown["attempts"]] == ["terminal_failed"]
-    [found] = await find(conn, key[-12:], None, None)  # the rows' source record id
+    [found] = [f async for f in find(conn, key[-12:], None, None)]  # its source record id
     assert (found["link_key"], found["park_reason"]) == (key, "terminal_failed")
-    parked = await find(conn, None, None, ParkReason.TERMINAL_FAILED)
-    assert [f["link_key"] for f in parked] == [key]
-    assert await find(conn, None, None, ParkReason.DRIFT) == []
+    parked = find(conn, None, None, ParkReason.TERMINAL_FAILED)
+    assert [f["link_key"] async for f in parked] == [key]
+    assert [f async for f in find(conn, None, None, ParkReason.DRIFT)] == []
     [facts] = await link_search.link_facts(conn, [key])
     assert (facts["source_object"], facts["action_slot_id"]) == ("Contact", "action-1")

@@ -49,7 +49,8 @@ async def test_reconcile_stamps_the_link_and_appends_one_entry_with_before_and_a
     assert after["link_status"] == "finalized" and after["remote_id"] == entry.object_id
     assert json.loads(row["arguments"]) == {"remote_id": entry.object_id, "evidence": "ledger"}
     listed = await _cli(cli_env, "audit", "--link-key", key, "--json", "--database-url", db_dsn)
-    assert [e["command"] for e in _json(listed)] == ["reconcile"]
+    assert listed.exit_code == 0, listed.output  # JSON Lines: one entry a line
+    assert [json.loads(line)["command"] for line in listed.stdout.splitlines()] == ["reconcile"]
 
 
 async def test_a_refused_action_appends_nothing(

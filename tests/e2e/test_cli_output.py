@@ -68,14 +68,19 @@ def test_a_list_cut_by_its_limit_says_so_on_stderr(demo_db: asyncpg.Pool, db_dsn
     # Was a silent cut at 500 rows.
     for record_id in ("c-001", "c-002"):
         assert run(db_dsn, *SAVE, "--record-id", record_id).returncode == 0
+    # Since issue 34 item 4: JSON Lines, and the next page's cursor and command on stderr.
     cut = run(db_dsn, "attempts", "list", "--limit", "1", "--json")
     assert cut.returncode == 0, cut.stderr
-    assert len(json.loads(cut.stdout)) == 1
-    assert "showing the newest 1 attempts; there are more" in cut.stderr
+    [first] = [json.loads(line) for line in cut.stdout.splitlines()]
+    more = json.loads(cut.stderr)
+    assert more["next_command"].startswith("connector-push attempts list --limit 1 --after ")
+    rest = run(db_dsn, "attempts", "list", "--limit", "1", "--json", "--after", more["next_cursor"])
+    [second] = [json.loads(line) for line in rest.stdout.splitlines()]
+    assert second["attempt_id"] != first["attempt_id"] and "next_cursor" not in rest.stderr
     whole = run(db_dsn, "attempts", "list", "--limit", "2", "--json")
-    assert len(json.loads(whole.stdout)) == 2 and "there are more" not in whole.stderr
+    assert len(whole.stdout.splitlines()) == 2 and "next_cursor" not in whole.stderr
     links = run(db_dsn, "links", "list", "--limit", "1")
-    assert links.returncode == 0 and "there are more" not in links.stderr  # none yet
+    assert links.returncode == 0 and "more rows" not in links.stderr  # none yet
 
 
 def test_a_record_that_never_existed_is_source_not_found(

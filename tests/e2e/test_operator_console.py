@@ -57,6 +57,13 @@ def _cli(*args: str) -> Any:
     return json.loads(result.output)
 
 
+def _cli_lines(*args: str) -> list[Any]:
+    """A listing's `--json`: JSON Lines, one row a line (issue 34 item 4)."""
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
 async def _refusal(handle: WorkflowHandle[Any, Any], name: str, data: object) -> ApplicationError:
     """Send update `name` with `data` as the UI does (by name, JSON as typed)."""
     with pytest.raises(WorkflowUpdateFailedError) as refused:
@@ -91,13 +98,13 @@ async def test_parked_create_is_found_explained_and_repaired_from_json(
 
     # Found from Postgres by what the support request names.
     found = await asyncio.to_thread(
-        _cli, "links", "find", "--record-id", "a-002", "--json", "--database-url", db_dsn
+        _cli_lines, "links", "find", "--record-id", "a-002", "--json", "--database-url", db_dsn
     )
     assert [(f["link_key"], f["summary"], f["park_reason"]) for f in found] == [
         (key, SUMMARY, "ambiguous_remote_effect")
     ]
     parked = await asyncio.to_thread(
-        _cli, "links", "find", "--park-reason", "ambiguous_remote_effect", "--json",
+        _cli_lines, "links", "find", "--park-reason", "ambiguous_remote_effect", "--json",
         "--database-url", db_dsn,
     )  # fmt: skip
     assert [f["link_key"] for f in parked] == [key]
@@ -129,7 +136,7 @@ async def test_parked_create_is_found_explained_and_repaired_from_json(
     attrs = await eventually(lambda: _attributes(handle), lambda a: a["ParkReason"] is None)
     assert (attrs["RemoteId"], attrs["NeedsOperator"]) == (remote_id, False)
     by_remote = await asyncio.to_thread(
-        _cli, "links", "find", "--remote-id", remote_id, "--json", "--database-url", db_dsn
+        _cli_lines, "links", "find", "--remote-id", remote_id, "--json", "--database-url", db_dsn
     )
     assert [(f["link_key"], f["link_status"]) for f in by_remote] == [(key, "finalized")]
     shown = await asyncio.to_thread(_cli, "links", "show", key, "--json", "--database-url", db_dsn)
