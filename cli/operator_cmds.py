@@ -136,7 +136,7 @@ async def run_action(
     facts = await check_key_has_rows(dsn, link_key)
     queue = task_queue or settings.task_queue
     async with temporal_client(settings) as client:
-        await wake_link(client, queue, link_key, None, facts=facts)
+        await wake_link(client, queue, link_key, None, facts=facts, for_operator=True)
         return await _update(client, update, link_key, request)
 
 

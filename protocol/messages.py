@@ -37,9 +37,6 @@ class LinkWorkflowInput(Message):
     # PROF-3: the remote budget, when the starter knew it (the CRM entry does, from the
     # reservation); otherwise the run looks it up once before its first remote step.
     budget: RemoteBudgetResult | None = None
-    # The `workflow.patched` ids whose new path this run takes without a marker
-    # (`protocol.link_versions`); empty in histories recorded before the field existed.
-    patches: tuple[str, ...] = ()
 
 
 class LinkWorkflowResult(Message):
@@ -51,6 +48,9 @@ class RecordSaved(Message):
     """Signal: "there may be work for this link" — the work itself is read from Postgres."""
 
     save_id: str | None = None
+    # An operator command sends its update next: a run that would end (WF-1') waits
+    # for it a bounded time (`workflows.link.OPERATOR_HOLD`).
+    for_operator: bool = False
 
 
 # -- activity: dispatch the create --------------------------------------------

@@ -17,7 +17,6 @@ from temporalio.common import WorkflowIDConflictPolicy
 from db import link_search
 from db.records import Conn
 from protocol.identity import LINK_WORKFLOW_TYPE, link_workflow_id
-from protocol.link_versions import BORN_WITH
 from protocol.messages import LinkWorkflowInput, RecordSaved
 from protocol.rate_limit import RemoteBudgetResult
 from protocol.summary import LinkFacts, link_details, link_summary
@@ -33,17 +32,20 @@ async def wake_link(
     save_id: str | None,
     budget: RemoteBudgetResult | None = None,
     facts: LinkFacts | None = None,
+    *,
+    for_operator: bool = False,
 ) -> None:
     """Signal-with-start `record_saved`: the signal only says "look for work"; a running
     workflow gets a signal, a closed one is started fresh and reloads from Postgres
     (paced by `budget` when the caller knows it, PROF-3; summarised and searchable by
-    `facts`, OPS-1)."""
+    `facts`, OPS-1). `for_operator`: an operator update follows, so a run that would
+    end when its drain finds no work (WF-1') waits for it a bounded time."""
     await signal_with_start(
         client,
         task_queue,
         LinkWorkflowInput(link_key=link_key, budget=budget),
         RECORD_SAVED_SIGNAL,
-        RecordSaved(save_id=save_id),
+        RecordSaved(save_id=save_id, for_operator=for_operator),
         facts,
     )
 
@@ -56,11 +58,10 @@ async def signal_with_start(
     arg: BaseModel,
     facts: LinkFacts | None,
 ) -> None:
-    """Every start of a LinkWorkflow: its id (WF-1), summary and static attributes (OPS-1),
-    born with the changes this code knows (no patch markers, `protocol.link_versions`)."""
+    """Every start of a LinkWorkflow: its id (WF-1), summary and static attributes (OPS-1)."""
     await client.start_workflow(
         LINK_WORKFLOW_TYPE,
-        input.model_copy(update={"patches": BORN_WITH}),
+        input,
         id=link_workflow_id(input.link_key),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

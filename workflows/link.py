@@ -8,8 +8,44 @@ Theory of operation:
 2. Ambiguity is never retried. Activities raise non-retryable errors (§5.4)
    after persisting the parked state; the workflow publishes it
    (`NeedsOperator`) and waits for an operator update.
-3. The run ends when idle and continues-as-new when history grows; the next
-   save starts a fresh run that reloads everything from Postgres.
+3. A run ends when its work is done (WF-1'): once a drain finds no work, the run
+   completes at once, unless it is parked (it stays open for its operator: the UI's
+   updates need a running workflow, and `NeedsOperator = true AND ExecutionStatus =
+   "Running"` lists exactly those), waiting in the deferred lane (it re-checks every
+   `ASSOCIATION_RECHECK`), or held for an operator (`RecordSaved.for_operator`: the CLI
+   wakes the link, reads its state, then sends its update; the run stays open until
+   `OPERATOR_HOLD` passes with no update, so the update lands, and a command re-run
+   after a lost reply gets the first answer back by its update id). No idle timer. The
+   next save's signal-with-start opens a new run, which reloads from Postgres; a run
+   continues-as-new before its history grows large.
+   No signal is lost at the end: the run re-checks for work after every handler has
+   finished, in the workflow task that completes it, and a signal that reaches the
+   server while that task runs makes the server refuse the completion (the task has
+   unhandled events) and deliver the signal in a new task, whose handler sets the wake
+   flag before the loop looks again (tests/e2e/test_run_lifecycle.py holds a completing
+   task open and signals into it). A signal after the completion starts the next run.
+4. Search attributes: the starter sets the static ones (the link's own facts,
+   `workflows.search_attributes.start_attributes`); a run upserts the state ones
+   (`LinkState`, `AttemptStatus`, `RemoteId`, `NeedsOperator`, `ParkReason`) once its
+   drain settles, and only values that changed. A run that completes cleanly — a create
+   or a PATCH that needs no one — upserts nothing: it only corrects a state attribute
+   it already carries (e.g. `NeedsOperator` after a reconcile). Decision (issue 32):
+   a closed run's state attributes would be a copy of Postgres frozen at its close,
+   read by nobody the product relies on — the operator's query is over running runs,
+   and `connector-push links find --remote-id/--record-id` and `links show` answer
+   from Postgres, the source of truth, even with Temporal down — while each upsert is
+   a billed action (a third of a create's cost). So a clean create is two actions
+   (signal-with-start, the activity) and a PATCH two (signal-with-start, the
+   activity); closed runs are found by the static `SourceRecordId` / `LinkKey`.
+5. Workflow versions (SPEC VER-1; this is the rule's one home): the committed
+   histories in tests/replay/histories are the first release's baseline, recorded
+   from this code. After the first release, every change to workflow code that
+   changes its commands (a new or moved activity, timer, upsert, signal, update or
+   continue-as-new in an existing path) goes behind `workflow.patched(<change id>)`
+   — or into a new workflow type — and a history recorded before the change must
+   still replay (tests/replay/test_replay.py; record new ones with RECORD_HISTORIES=1,
+   tests/e2e/test_replay_sources.py). A branch is removed only once no open run and
+   no kept history can reach it.
 """
 
 from __future__ import annotations
@@ -20,7 +56,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import Priority, SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import Priority, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
@@ -30,14 +66,6 @@ with workflow.unsafe.imports_passed_through():
 
 from protocol.errors import NON_RETRYABLE_ERROR_TYPES
 from protocol.identity import link_workflow_id
-from protocol.link_versions import (
-    BORN_WITH,
-    BOUNDED_RUNS,
-    OPS_ATTRIBUTES,
-    PARKED_STAYS_OPEN,
-    REMOTE_BUDGET_PRIORITY,
-    VISIBLE_PATCH_AMBIGUITY,
-)
 from protocol.messages import (
     DispatchInput,
     EvidenceInput,
@@ -61,8 +89,10 @@ from workflows.details import details_markdown
 from workflows.link_operator import LinkOperatorUpdates
 from workflows.link_retries import LOCAL_RETRY, REMOTE_RETRY
 
-IDLE_TIMEOUT = timedelta(minutes=10)
 ASSOCIATION_RECHECK = timedelta(seconds=60)
+# How long a run stays open for an operator with no update: the CLI sends its update as
+# soon as the run has loaded the link (its own load timeout is 30 s), and may re-run it.
+OPERATOR_HOLD = timedelta(seconds=60)
 MAX_STEPS_PER_WAKE = 20
 
 
@@ -74,22 +104,22 @@ class LinkWorkflow(LinkOperatorUpdates):
         self._view = LinkView(link_key=input.link_key)
         self._loaded = False
         self._wake = True
+        self._hold = False  # an operator command's update is on its way (RecordSaved)
         self._evidence: list[RemoteEvidence] = []
-        self._published: dict[str, object] = {}
-        # OPS_ATTRIBUTES: what the attributes should say once this drain settles.
+        # What the attributes should say once this drain settles (None: nothing new).
         self._unflushed: list[tuple[SearchAttributeKey[Any], Any]] | None = None
         self._parked = False  # what NeedsOperator says (see _needs_operator)
         # PROF-3: known from the start input (or the previous run), else looked up once.
         budget = input.budget or (input.state.budget if input.state else None)
         self._budget: RemoteBudgetResult | None = budget
         self._priority: Priority | None = _priority_of(budget) if budget else None
-        self._born_with = frozenset(input.patches)
 
     @workflow.signal
     def record_saved(self, signal: RecordSaved) -> None:
-        """A save was admitted for this link: look for work in Postgres."""
-        del signal
+        """A save was admitted for this link (or an operator command is about to act on
+        it): look for work in Postgres."""
         self._wake = True
+        self._hold = self._hold or signal.for_operator
 
     @workflow.signal
     def remote_deleted(self, evidence: RemoteEvidence) -> None:
@@ -105,39 +135,64 @@ class LinkWorkflow(LinkOperatorUpdates):
     async def run(self, input: LinkWorkflowInput) -> LinkWorkflowResult:
         while True:
             await self._drain()
-            self._flush_attributes()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._flush_attributes()  # the next run starts with them
                 workflow.continue_as_new(
-                    LinkWorkflowInput(
-                        link_key=input.link_key, state=self._next_state(), patches=BORN_WITH
-                    )
+                    LinkWorkflowInput(link_key=input.link_key, state=self._next_state())
                 )
-            if not await self._wait_for_work():
-                return LinkWorkflowResult(link_key=input.link_key, reason="idle")
+            if self._has_work():
+                continue  # the drain stopped at its step bound
+            if self._parked or self._deferred():
+                self._flush_attributes()  # what the UI lists while the run stays open
+                await self._wait_for_work()
+                continue
+            if self._hold:
+                self._flush_attributes(closing=True)  # e.g. NeedsOperator after a repair
+                await self._wait_for_operator()
+                continue
+            # Done (WF-1'): let running updates finish, look once more, then complete. A
+            # signal arriving while this task runs fails the completion (module doc, 3).
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            if self._has_work() or self._hold:
+                continue
+            self._flush_attributes(closing=True)
+            return LinkWorkflowResult(link_key=input.link_key, reason="done")
 
-    async def _wait_for_work(self) -> bool:
-        """True when woken (signal, or the LANE-2 re-check); False after an idle period."""
-        if self._parked and self._patched(PARKED_STAYS_OPEN):
-            # A parked link waits for its operator with no idle timeout, so the UI query
-            # `NeedsOperator = true AND ExecutionStatus = "Running"` lists exactly the
-            # links that need a person (a closed run's search attributes never change).
-            await workflow.wait_condition(self._has_work)
-            return True
-        waiting = self._view.dispatch_lane == "deferred_association" and (
+    def _deferred(self) -> bool:
+        return self._view.dispatch_lane == "deferred_association" and (
             self._view.attempt_status is AttemptStatus.PENDING
         )
+
+    async def _wait_for_work(self) -> None:
+        """Parked: until a signal or an update brings work (no timer). Deferred: the same,
+        or the periodic re-check (LANE-2: a lost notification is covered)."""
+        self._hold = False  # the run stays open anyway
+        if self._parked:
+            # `NeedsOperator = true AND ExecutionStatus = "Running"` lists exactly the
+            # links that need a person.
+            await workflow.wait_condition(self._has_work)
+            return
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                self._has_work,
+                timeout=ASSOCIATION_RECHECK,
+                timeout_summary="deferred association re-check",
+            )
+        self._wake = True  # woken, or the periodic re-check
+
+    async def _wait_for_operator(self) -> None:
+        """An operator command woke the run, or an update just ran: stay open for the
+        operator's update (or a re-run's) until OPERATOR_HOLD passes with none; a save
+        or an update meanwhile is drained first, and the hold starts again."""
         try:
-            timeout = ASSOCIATION_RECHECK if waiting else IDLE_TIMEOUT
-            await workflow.wait_condition(self._has_work, timeout=timeout)
+            await workflow.wait_condition(
+                self._has_work,
+                timeout=OPERATOR_HOLD,
+                timeout_summary="held open for the operator's update",
+            )
         except TimeoutError:
-            if waiting:  # a lost notification is covered by the periodic re-check
-                self._wake = True
-                return True
-            await workflow.wait_condition(workflow.all_handlers_finished)
-            return self._has_work()
-        return True
+            self._hold = False
 
     async def _wake_dependants(self, link_keys: list[str]) -> None:
         """Tell deferred creates that waited on this link that it is finalized (LANE-2)."""
@@ -146,11 +201,6 @@ class LinkWorkflow(LinkOperatorUpdates):
             # Not running: the relay (or the next save) starts it; nothing is lost.
             with contextlib.suppress(FailureError):
                 await handle.signal(LinkWorkflow.record_saved, RecordSaved())
-
-    def _patched(self, patch_id: str) -> bool:
-        """`workflow.patched`, except for a change the run was born with: no marker, no
-        billed action (`protocol.link_versions`)."""
-        return patch_id in self._born_with or workflow.patched(patch_id)
 
     def _has_work(self) -> bool:
         return self._wake or bool(self._evidence)
@@ -168,7 +218,7 @@ class LinkWorkflow(LinkOperatorUpdates):
             if result.kind is StepKind.WRITEBACK_PENDING:
                 result = await self._mirror(result.view)
             while result.kind is StepKind.FINALIZED and result.view.pending_patches:
-                if self._yield_now(steps, patch_loop=True):
+                if self._yield_now(steps):
                     self._wake = True  # the queued PATCH is picked up after the check
                     break
                 steps += 1
@@ -178,15 +228,10 @@ class LinkWorkflow(LinkOperatorUpdates):
         if steps >= MAX_STEPS_PER_WAKE:
             self._wake = True  # more to do: continue after the continue-as-new check
 
-    def _yield_now(self, steps: int, *, patch_loop: bool = False) -> bool:
+    def _yield_now(self, steps: int) -> bool:
         """Stop draining so the run reaches its continue-as-new check: history stays bounded
-        (the PATCH loop had no bound; histories recorded before it still replay)."""
-        over = steps >= MAX_STEPS_PER_WAKE
-        if over and not patch_loop:
-            return True  # the drain's original bound
-        if not over and not workflow.info().is_continue_as_new_suggested():
-            return False
-        return self._patched(BOUNDED_RUNS)
+        (also inside the PATCH loop, which saves arriving without pause keep busy)."""
+        return steps >= MAX_STEPS_PER_WAKE or workflow.info().is_continue_as_new_suggested()
 
     async def _retry_later(self, result: StepResult) -> None:
         """PROF-1: the remote said "not applied": wait in a timer, not in the retry budget."""
@@ -231,16 +276,14 @@ class LinkWorkflow(LinkOperatorUpdates):
         """The remote budget's fairness key (PROF-3): from the start input when the starter
         knew it, else resolved once per run from Postgres."""
         if self._priority is None:
-            self._priority = Priority.default
-            if self._patched(REMOTE_BUDGET_PRIORITY):
-                self._budget = await workflow.execute_local_activity_method(
-                    RateLimitActivities.remote_budget,
-                    RemoteBudgetInput(link_key=self._state.link_key),
-                    start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
-                    retry_policy=LOCAL_RETRY,
-                    summary="which remote rate-limit budget this link spends",
-                )
-                self._priority = _priority_of(self._budget)
+            self._budget = await workflow.execute_local_activity_method(
+                RateLimitActivities.remote_budget,
+                RemoteBudgetInput(link_key=self._state.link_key),
+                start_to_close_timeout=LOCAL_ACTIVITY_START_TO_CLOSE,
+                retry_policy=LOCAL_RETRY,
+                summary="which remote rate-limit budget this link spends",
+            )
+            self._priority = _priority_of(self._budget)
         return self._priority
 
     async def _mirror(self, view: LinkView) -> StepResult:
@@ -286,9 +329,7 @@ class LinkWorkflow(LinkOperatorUpdates):
     def _needs_operator(self, view: LinkView) -> bool:
         """A parked attempt, a suspended link, or a PATCH whose outcome is unknown (the
         remote may lag the record until a save converges it): listed for an operator."""
-        if view.needs_operator:
-            return True
-        return view.patch_outcome_unknown and self._patched(VISIBLE_PATCH_AMBIGUITY)
+        return view.needs_operator or view.patch_outcome_unknown
 
     def _publish(self, view: LinkView) -> None:
         """Keep the query, the UI details and the WF-4 search attributes current."""
@@ -296,45 +337,26 @@ class LinkWorkflow(LinkOperatorUpdates):
         self._loaded = True
         self._parked = self._needs_operator(view)
         reason = park_reason(view) if self._parked else None
-        if self._patched(OPS_ATTRIBUTES):
-            # Upserted once the drain settles, not after every step: a create's passing
-            # writeback_pending state never costs an upsert (each is a billed action).
-            self._unflushed = sa.wanted_attributes(
-                view, self._parked, reason.value if reason else None
-            )
-        else:
-            self._upsert_wf4(view)
+        # Upserted once the drain settles, not after every step: a create's passing
+        # writeback_pending state never costs an upsert (each is a billed action).
+        self._unflushed = sa.wanted_attributes(view, self._parked, reason.value if reason else None)
         workflow.set_current_details(details_markdown(view, reason))
 
-    def _flush_attributes(self) -> None:
+    def _flush_attributes(self, *, closing: bool = False) -> None:
         """Upsert only the attributes whose value changed since the last upsert; the static
-        ones arrive with the start options and are never sent again."""
+        ones arrive with the start options and are never sent again. A closing run upserts
+        only to correct a state attribute it carries (module doc, 4)."""
         if self._unflushed is None:
             return
         current = workflow.info().typed_search_attributes
-        changes = [
-            key.value_set(value) if value is not None else key.value_unset()
-            for key, value in self._unflushed
-            if current.get(key) != value
-        ]
+        changed = [(key, value) for key, value in self._unflushed if current.get(key) != value]
         self._unflushed = None
-        if changes:
-            workflow.upsert_search_attributes(changes)
-
-    def _upsert_wf4(self, view: LinkView) -> None:
-        """Histories recorded before OPS-1: every WF-4 attribute at each change."""
-        wanted: dict[str, object] = {
-            sa.LINK_KEY.name: view.link_key,
-            sa.CONNECTOR_OWNER_KEY.name: view.connector_owner_key,
-            sa.DESTINATION_SLOT_ID.name: view.destination_slot_id,
-            sa.SOURCE_OBJECT.name: view.source_object,
-            sa.LINK_STATE.name: view.link_status.value if view.link_status else None,
-            sa.ATTEMPT_STATUS.name: view.attempt_status.value if view.attempt_status else None,
-            sa.NEEDS_OPERATOR.name: self._parked,
-        }
-        if wanted != self._published:
-            workflow.upsert_search_attributes(_updates(view, self._parked))
-            self._published = wanted
+        if closing and all(current.get(key) is None for key, _ in changed):
+            return  # a clean close: nothing it carries is wrong, nothing new is billed
+        if changed:
+            workflow.upsert_search_attributes(
+                [key.value_set(v) if v is not None else key.value_unset() for key, v in changed]
+            )
 
     def _next_state(self) -> LinkWorkflowState:
         return self._state.model_copy(update={"runs": self._state.runs + 1, "budget": self._budget})
@@ -342,19 +364,3 @@ class LinkWorkflow(LinkOperatorUpdates):
 
 def _priority_of(budget: RemoteBudgetResult) -> Priority:
     return Priority(fairness_key=budget.fairness_key, fairness_weight=budget.fairness_weight)
-
-
-def _updates(view: LinkView, parked: bool) -> list[SearchAttributeUpdate[Any]]:
-    pairs = [
-        (sa.LINK_KEY, view.link_key),
-        (sa.CONNECTOR_OWNER_KEY, view.connector_owner_key),
-        (sa.DESTINATION_SLOT_ID, view.destination_slot_id),
-        (sa.SOURCE_OBJECT, view.source_object),
-        (sa.LINK_STATE, view.link_status.value if view.link_status else None),
-        (sa.ATTEMPT_STATUS, view.attempt_status.value if view.attempt_status else None),
-    ]
-    updates: list[SearchAttributeUpdate[Any]] = [
-        key.value_set(value) if value is not None else key.value_unset() for key, value in pairs
-    ]
-    updates.append(sa.NEEDS_OPERATOR.value_set(parked))
-    return updates

@@ -42,6 +42,7 @@ class LinkOperatorUpdates:
     _view: LinkView
     _loaded: bool
     _wake: bool
+    _hold: bool
 
     def _publish(self, view: LinkView) -> None:
         raise NotImplementedError  # LinkWorkflow keeps the query, details and attributes
@@ -60,6 +61,10 @@ class LinkOperatorUpdates:
             # The compare-and-set refused (the rows moved since the validator ran): one
             # readable line for the UI / CLI, not the activity's failure chain.
             raise refused(activity_refusal(err)) from None
+        finally:
+            # Stay open a while for the operator: a command re-run after a lost reply
+            # (same update id) gets this answer back instead of a refusal.
+            self._hold = True
         self._publish(result.view)
         self._wake = True  # a reconciled or newly reserved attempt has work to do
         return result

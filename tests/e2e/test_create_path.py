@@ -123,6 +123,6 @@ async def test_a_parked_link_stays_open_for_its_operator(stack: Stack) -> None:
     )
     history = [e.event_type async for e in handle.fetch_history_events()]
     assert EventType.EVENT_TYPE_TIMER_STARTED not in history
-    # Born with the change (`protocol.link_versions`): no patch marker, no billed action.
+    # No patch marker: the workflows have one baseline (SPEC VER-1, issue 32).
     assert EventType.EVENT_TYPE_MARKER_RECORDED not in history
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING

@@ -258,7 +258,7 @@ async def test_the_crm_entry_starts_the_workflow_already_paced(stack: Stack) -> 
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
     ]
     # No local budget look-up (a local-activity marker) in this run, and no patch marker
-    # either: it is born with its changes (`protocol.link_versions`).
+    # either (one baseline, SPEC VER-1).
     assert markers == [], markers
     scheduled = [
         e.activity_task_scheduled_event_attributes

@@ -14,6 +14,7 @@ from protocol.admission import PatchQueued, Rejected
 from protocol.errors import RejectReason
 from protocol.messages import RevalidateInput
 from sandbox.server import BackgroundSandbox
+from services.wake import wake_link
 from tests.e2e.conftest import Stack
 from tests.e2e.patch_support import (
     Doc,
@@ -102,6 +103,9 @@ async def test_revalidate_restores_a_suspended_link_and_rejects_a_finalized_one(
 ) -> None:
     link = await finalized_contact(stack)
     handle = stack.handle(link["link_key"])
+    # The clean run has closed (WF-1'): wake it for the update, as the CLI does.
+    await wake_link(stack.client, stack.task_queue, link["link_key"], None, for_operator=True)
+    await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.loaded)
     with pytest.raises(WorkflowUpdateFailedError):
         await handle.execute_update(
             LinkWorkflow.revalidate, RevalidateInput(operator="op", reason="not suspended")

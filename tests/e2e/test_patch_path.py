@@ -9,6 +9,7 @@ import json
 import asyncpg
 import httpx
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus
 
 from protocol.admission import PatchQueued, Rejected
 from protocol.errors import RejectReason
@@ -50,24 +51,25 @@ async def test_save_after_finalize_patches_once_with_readable_fields(
 
 async def test_a_patch_costs_one_activity_on_a_finalized_link(stack: Stack) -> None:
     """Issue 16 (P8 <= 3 per PATCH): the create step, finding the link finalized with a
-    queued PATCH, sends it in the same activity; the run schedules no second one."""
+    queued PATCH, sends it in the same activity; the run schedules no second one. Issue 32
+    (WF-1'): the create's run has closed, so the PATCH's is a new run."""
     link = await finalized_contact(stack)
     handle = stack.handle(link["link_key"])
-    await eventually(
-        handle.describe, lambda d: not d.raw_description.HasField("pending_workflow_task")
+    created = await eventually(
+        handle.describe, lambda d: d.status == WorkflowExecutionStatus.COMPLETED
     )
-    before = [e.event_type async for e in handle.fetch_history_events()]
     await set_field(stack.pool, "Contact", "c-001", "FirstName", "Ada")
     assert isinstance(await stack.push("c-001"), PatchQueued)
     rows = await settled(stack, link["link_key"])
     assert [r["status"] for r in rows] == ["succeeded"] and len(await patches(stack)) == 1
-    await eventually(
-        handle.describe, lambda d: not d.raw_description.HasField("pending_workflow_task")
+    patched = await eventually(
+        handle.describe,
+        lambda d: d.run_id != created.run_id and d.status == WorkflowExecutionStatus.COMPLETED,
     )
-    after = [e.event_type async for e in handle.fetch_history_events()][len(before) :]
+    run = stack.client.get_workflow_handle(handle.id, run_id=patched.run_id)
+    events = [e.event_type async for e in run.fetch_history_events()]
     scheduled = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED in after
-    assert after.count(scheduled) == 1, after
+    assert events.count(scheduled) == 1, events
 
 
 async def test_rapid_saves_coalesce_into_at_most_two_patches(

@@ -94,7 +94,7 @@ async def test_a_renamed_slot_without_lineage_refuses_instead_of_creating_again(
 
 async def retire(stack: Stack, key: str) -> None:
     """The operator's `retire` (a LinkWorkflow update, as the CLI sends it)."""
-    await wake_link(stack.client, stack.task_queue, key, None)
+    await wake_link(stack.client, stack.task_queue, key, None, for_operator=True)
     handle = stack.handle(key)
     await eventually(lambda: handle.query(LinkWorkflow.state), lambda v: v.loaded)
     request = RetireInput(operator="ops@example.com", reason="slot renamed without lineage")

@@ -1,8 +1,9 @@
-"""Committed workflow histories replay against today's code (STYLE rule 8).
+"""Committed workflow histories replay against today's code (STYLE rule 8, SPEC VER-1).
 
 A non-deterministic change to the workflow (a new activity or timer in an
-existing path without `workflow.patched`) fails here. The histories are
-recorded by tests/e2e/test_replay_sources.py.
+existing path without `workflow.patched`) fails here. The LinkWorkflow histories
+are the first release's baseline, recorded by tests/e2e/test_replay_sources.py;
+the rule for changes after it is in `workflows/link.py` (theory of operation 5).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 def test_histories_are_committed() -> None:
     names = {path.stem for path in HISTORIES}
     assert {
-        "happy_path_then_patch",
-        "born_patched_create_then_patch",  # no patch markers; the PATCH in the create step
-        "ambiguous_then_reconcile",  # recorded before parked links stayed open (patched)
-        "ambiguous_then_reconcile_parked_open",
+        "happy_path_create",  # a clean create: the run completes with no upsert, no timer
+        "happy_path_patch",  # the next save's new run: the create step sends the PATCH
+        "retire_on_a_closed_link",  # an operator wake holds the run for its update
+        "ambiguous_then_reconcile",  # parked open (no timer), reconciled, completes
         "parked_then_reconciled_from_ui_json",  # OPS-1 attributes, lenient update input
         "action_5xx",
         "action_event",
