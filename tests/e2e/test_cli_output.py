@@ -76,9 +76,8 @@ def test_a_list_cut_by_its_limit_says_so_on_stderr(demo_db: asyncpg.Pool, db_dsn
     assert more["next_command"].startswith("connector-push attempts list --limit 1 --after ")
     rest = run(db_dsn, "attempts", "list", "--limit", "1", "--json", "--after", more["next_cursor"])
     [second] = [json.loads(line) for line in rest.stdout.splitlines()]
-    assert second["attempt_id"] != first["attempt_id"] and "next_cursor" not in rest.stderr
-    whole = run(db_dsn, "attempts", "list", "--limit", "2", "--json")
-    assert len(whole.stdout.splitlines()) == 2 and "next_cursor" not in whole.stderr
+    assert second["attempt_id"] != first["attempt_id"]
+    assert "next_cursor" not in rest.stderr  # the last page
     links = run(db_dsn, "links", "list", "--limit", "1")
     assert links.returncode == 0 and "more rows" not in links.stderr  # none yet
 
