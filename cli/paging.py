@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import shlex
 import sys
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -111,9 +112,16 @@ async def take(rows: AsyncGenerator[T], limit: int, emit: Callable[[T], None]) -
 
 
 def json_line(row: dict[str, Any]) -> None:
-    """One row as one line of JSON on stdout (JSON Lines), written now."""
-    sys.stdout.write(json.dumps(row, default=str) + "\n")
-    sys.stdout.flush()
+    """One row as one line of JSON on stdout (JSON Lines), written now. A reader that
+    stopped reading (`| head -1`) ends the listing quietly (exit 0), as a Unix filter's
+    reader would expect, not with a BrokenPipeError traceback."""
+    try:
+        sys.stdout.write(json.dumps(row, default=str) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
 
 
 def say_more(command: Sequence[str], cursor: str, as_json: bool, named_database: bool) -> None:

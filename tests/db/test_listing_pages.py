@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from cli import link_views
 from cli.main import app
@@ -163,3 +166,23 @@ async def test_a_cursor_of_another_listing_or_none_at_all_is_bad_input(
     for garbage in ("not-base64!", "W10", "WyJsaW5rcyIsMV0"):  # !, [], ["links",1]
         refused = await asyncio.to_thread(_invoke, ["links", "list", "--after", garbage])
         assert refused.exit_code == 2 and "Traceback" not in refused.output
+
+
+async def test_a_reader_that_stops_ends_the_stream_quietly(
+    conn: asyncpg.Connection, db_dsn: str
+) -> None:
+    # `connector-push links list --json | head -1`: the reader has gone before the rows
+    # are written (its end of the pipe closed first), so the first write fails.
+    await _links(conn)
+    env = {**os.environ, "DATABASE_URL": db_dsn}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cli", "links", "list", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=Path(__file__).parents[2],
+    )
+    assert child.stdout is not None
+    child.stdout.close()
+    _, stderr = await asyncio.to_thread(child.communicate, timeout=60)
+    assert (child.returncode, stderr.decode()) == (0, "")

@@ -103,7 +103,7 @@ async def _a_page_middle(conn: asyncpg.Connection, table: str, key: str) -> tupl
 async def test_list_pages_read_no_big_table_whole(big: asyncpg.Connection) -> None:
     when, key = await _a_page_middle(big, "connector_remote_link", "link_key")
     at, attempt = await _a_page_middle(big, "connector_push_attempt", "attempt_id")
-    cases = [
+    cases: list[tuple[Any, ...]] = [
         (pages.LINKS_PAGE, None, "", 501),
         (pages.LINKS_PAGE, when, key, 501),
         (pages.LINKS_PAGE_BY_STATUS, None, "", 501, "finalized"),
@@ -120,7 +120,7 @@ async def test_list_pages_read_no_big_table_whole(big: asyncpg.Connection) -> No
 async def test_find_and_audit_pages_read_no_big_table_whole(big: asyncpg.Connection) -> None:
     middle = await big.fetchval(f"SELECT {link_key_sql(N // 2)}")
     since = datetime.now(UTC) - timedelta(hours=1)
-    cases = [
+    cases: list[tuple[Any, ...]] = [
         (link_search.BY_RECORD_ID, 501, "", f"rec-{N // 2}"),
         (link_search.BY_REMOTE_ID, 501, middle, f"remote-{N // 2}"),
         (link_search.PARKED, 1_001, ""),
