@@ -23,7 +23,7 @@ import sys
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from datetime import datetime
-from typing import Annotated, Any, Final, TypeVar
+from typing import Annotated, Any, Final, NoReturn, TypeVar
 from uuid import UUID
 
 import typer
@@ -50,20 +50,25 @@ def encode_cursor(listing: str, *key: str | int) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
+def _refuse(text: str) -> NoReturn:
+    bad_input(f"--after {text!r}: not a cursor of this listing (give the one its page printed)")
+
+
 def _decode(text: str, listing: str, types: Sequence[type]) -> list[Any]:
-    refused = (
-        f"--after {text!r} is not a cursor of this listing; give the one its last page printed"
-    )
+    """The key a cursor of `listing` names, each part of its type; any other text is bad
+    input (exit 2), never a query error: text keys are printable ASCII (link keys, ids)."""
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         value = json.loads(raw)
     except (ValueError, binascii.Error, UnicodeError, RecursionError):
-        bad_input(refused)
+        _refuse(text)
     if not isinstance(value, list) or value[:1] != [listing] or len(value) != len(types) + 1:
-        bad_input(refused)
+        _refuse(text)
     key = value[1:]
     if not all(type(v) is t for v, t in zip(key, types, strict=True)):
-        bad_input(refused)
+        _refuse(text)
+    if not all(v.isascii() and v.isprintable() for v in key if isinstance(v, str)):
+        _refuse(text)
     return key
 
 
@@ -73,19 +78,22 @@ def time_key_cursor(text: str | None, listing: str) -> tuple[datetime, str] | No
         return None
     when, key = _decode(text, listing, (str, str))
     try:
-        return datetime.fromisoformat(when), key
+        at = datetime.fromisoformat(when)
     except ValueError:
-        bad_input(f"--after {text!r}: not a cursor of this listing")
+        _refuse(text)
+    if at.tzinfo is None:
+        _refuse(text)
+    return at, key
 
 
 def uuid_cursor(text: str | None, listing: str) -> tuple[datetime, UUID] | None:
-    found = time_key_cursor(text, listing)
-    if found is None:
+    if text is None:
         return None
+    at, key = time_key_cursor(text, listing) or _refuse(text)
     try:
-        return found[0], UUID(found[1])
+        return at, UUID(key)
     except ValueError:
-        bad_input(f"--after {text!r}: not a cursor of this listing")
+        _refuse(text)
 
 
 def text_cursor(text: str | None, listing: str) -> str | None:
@@ -93,7 +101,13 @@ def text_cursor(text: str | None, listing: str) -> str | None:
 
 
 def int_cursor(text: str | None, listing: str) -> int | None:
-    return None if text is None else int(_decode(text, listing, (int,))[0])
+    """An id below which a page starts (a Postgres bigint)."""
+    if text is None:
+        return None
+    value = int(_decode(text, listing, (int,))[0])
+    if not 0 < value < 2**63:
+        _refuse(text)
+    return value
 
 
 async def take(rows: AsyncGenerator[T], limit: int, emit: Callable[[T], None]) -> T | None:

@@ -163,9 +163,21 @@ async def test_a_cursor_of_another_listing_or_none_at_all_is_bad_input(
             _invoke, [*command, "--after", cursor, "--database-url", db_dsn]
         )
         assert refused.exit_code == 2 and "not a cursor of this listing" in refused.output
-    for garbage in ("not-base64!", "W10", "WyJsaW5rcyIsMV0"):  # !, [], ["links",1]
-        refused = await asyncio.to_thread(_invoke, ["links", "list", "--after", garbage])
-        assert refused.exit_code == 2 and "Traceback" not in refused.output
+    # Checked before any query: no key Postgres would refuse (a NUL, a time without its
+    # zone, an id past bigint) reaches it.
+    garbage = [
+        (["links", "list"], "not-base64!"),
+        (["links", "list"], "W10"),  # []
+        (["links", "list"], "WyJsaW5rcyIsMV0"),  # ["links", 1]
+        (["links", "list"], "WyJsaW5rcyIsICIyMDI2LTAxLTAxVDAwOjAwOjAwIiwgImxrMV94Il0"),
+        (["links", "find", "--record-id", "x"], "WyJmaW5kIiwgImxrMV9cdTAwMDAiXQ"),
+        (["audit"], "WyJhdWRpdCIsIDExODA1OTE2MjA3MTc0MTEzMDM0MjRd"),  # 2**70
+        (["audit"], "WyJhdWRpdCIsIHRydWVd"),  # true
+    ]
+    for command, cursor in garbage:
+        refused = await asyncio.to_thread(_invoke, [*command, "--after", cursor])
+        assert refused.exit_code == 2, (command, cursor, refused.output)
+        assert "not a cursor of this listing" in refused.output
 
 
 async def test_a_reader_that_stops_ends_the_stream_quietly(
