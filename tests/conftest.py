@@ -24,4 +24,4 @@ if os.environ.get(USE_ENV) != "1":
     for name in SHELL_EXPORTS:
         os.environ.pop(name, None)
 
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.temporal"]
+pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.temporal", "tests.fixtures.schedule"]

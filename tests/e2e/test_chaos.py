@@ -1,4 +1,10 @@
-"""`make test` runs a 90-second seeded chaos campaign (issue 10 deliverable 8, SPEC §14, NF-4).
+"""`make test` runs a short seeded chaos campaign (issue 10 deliverable 8, SPEC §14, NF-4).
+
+Thirty seconds of faults (seed 10): the sandbox's fault rules, a worker kill or two and
+a few restarts or remote outages land, and the checker judges them (the test asserts
+faults were injected), while `make test` keeps to its budget (issue 31). The long
+outage past the retry budget and the rarer draws need the full campaign, `make chaos`
+(600 s by default; seeds and figures in docs/testing-and-benchmarks.md).
 
 The campaign runs as its own process (`python -m bench.chaos`) on its own private stack,
 so its SIGKILLs and restarts never touch the session's Postgres or Temporal; the
@@ -26,12 +32,12 @@ Row = dict[str, Any]
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = "10"
-SECONDS = "90"
-# Stack start, 90 s of faults, the settle phase (bounded by CHAOS_SETTLE_SECONDS) and checks.
+SECONDS = "30"
+# Stack start, 30 s of faults, the settle phase (bounded by CHAOS_SETTLE_SECONDS) and checks.
 TIMEOUT_S = 900
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=70)
 @pytest.mark.timeout(TIMEOUT_S)
 def test_seeded_chaos_campaign_keeps_every_guarantee(tmp_path: Path) -> None:
     results = tmp_path / "chaos.json"
@@ -39,7 +45,7 @@ def test_seeded_chaos_campaign_keeps_every_guarantee(tmp_path: Path) -> None:
         **os.environ,
         "CHAOS_SEED": SEED,
         "CHAOS_SECONDS": SECONDS,
-        "CHAOS_SETTLE_SECONDS": "240",
+        "CHAOS_SETTLE_SECONDS": "180",
         "CHAOS_RESULTS": str(results),
         "CHAOS_WORKDIR": str(tmp_path),  # logs of a failing run stay with pytest's tmp dirs
     }

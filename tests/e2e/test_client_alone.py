@@ -147,6 +147,7 @@ def test_the_identity_part_rule_is_the_servers_on_the_clients_fields() -> None:
     assert problem["loc"] == ("saves", 0, "recordId") and "whitespace" in problem["msg"]
 
 
+@pytest.mark.slow(seconds=25)
 async def test_the_client_installed_alone_saves_through_the_running_api(
     demo_db: asyncpg.Pool, db_dsn: str, tmp_path: Path
 ) -> None:

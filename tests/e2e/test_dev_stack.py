@@ -214,6 +214,7 @@ def poll_text(url: str, needle: str, timeout_s: float) -> str:
     return eventually_sync(body, lambda text: needle in text, timeout_s, interval_s=0.5)
 
 
+@pytest.mark.slow(seconds=60)
 @pytest.mark.timeout(300)  # two stack starts, three kills and restarts on a shared machine
 def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> None:
     doc = yaml.safe_load(dev_config.read_text())
@@ -272,6 +273,7 @@ def _one_line_refusal(process: subprocess.Popen[bytes], log: Path) -> str:
     return line
 
 
+@pytest.mark.slow(seconds=20)
 def test_a_second_dev_run_touches_nothing_together_or_after(dev_config: Path) -> None:
     doc = yaml.safe_load(dev_config.read_text())
     logs = [dev_config.parent / f"dev-{n}.log" for n in range(3)]

@@ -271,6 +271,7 @@ def docs_stack() -> Iterator[tuple[Path, Path]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow(seconds=30)
 @pytest.mark.timeout(600)  # a stack start and ~50 commands on a shared 2-core machine
 def test_doc_commands_run_in_order_against_a_fresh_dev_stack(
     docs_stack: tuple[Path, Path],

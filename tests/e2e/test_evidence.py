@@ -99,6 +99,7 @@ async def _journal(stack: Stack, attempt_id: object) -> list[asyncpg.Record]:
 # -- problem 1: a try that may have landed is never forgotten -----------------------------
 
 
+@pytest.mark.slow(seconds=95)
 @pytest.mark.timeout(300)
 async def test_exhaustion_after_a_landed_try_parks_ambiguous_and_supersede_is_refused(
     stack: Stack,

@@ -74,6 +74,7 @@ async def _finalized_and_failed(stack: Stack) -> tuple[str, str]:
 
 # Each process is ~2.5 s of CPU (mostly imports); 20 runs of each took 578 s while four
 # other test runs shared the machine: not the default 120 s.
+@pytest.mark.slow(seconds=40)
 @pytest.mark.timeout(1200)
 async def test_each_operator_command_exits_with_its_documented_code_every_time(
     stack: Stack, temporal_server: TemporalDevServer, db_dsn: str
@@ -118,6 +119,7 @@ async def test_temporal_down_is_one_line_exit_5(
     assert "cannot reach Temporal" in line and "$TEMPORAL_ADDRESS" in line, line
 
 
+@pytest.mark.slow(seconds=15)
 async def test_temporal_gone_mid_action_is_one_line_exit_5(
     stack: Stack, db_dsn: str, tmp_path: Path
 ) -> None:

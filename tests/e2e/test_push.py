@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import asyncpg
+import pytest
 from typer.testing import CliRunner, Result
 
 from cli.main import app
@@ -164,6 +165,7 @@ async def _attempts(pool: asyncpg.Pool) -> int:
     return int(await pool.fetchval("SELECT count(*) FROM connector_push_attempt"))
 
 
+@pytest.mark.slow(seconds=40)
 async def test_sigint_mid_run_leaves_every_admitted_save_standing(
     stack: Stack, temporal_server: TemporalDevServer, db_dsn: str
 ) -> None:

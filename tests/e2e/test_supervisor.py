@@ -19,6 +19,7 @@ from cli.stack.process import ensure_port_free, exit_status, free_port, stop_pro
 from cli.stack.supervisor import MAX_YOUNG_DEATHS, ChildKeepsFailing, Supervisor
 
 
+@pytest.mark.slow(seconds=16)
 def test_a_child_dying_young_is_restarted_with_backoff_then_stops_the_stack(
     tmp_path: Path,
 ) -> None:

@@ -176,6 +176,7 @@ async def wait_for_pollers(client: Client, task_queue: str, count: int) -> None:
     await eventually(identities, lambda found: len(found) >= count, timeout_s=60, interval_s=0.2)
 
 
+@pytest.mark.slow(seconds=50)
 async def test_two_worker_processes_keep_every_window_within_the_profile_limit(
     db_pool: asyncpg.Pool,
     temporal_client: Client,
@@ -199,6 +200,7 @@ async def test_two_worker_processes_keep_every_window_within_the_profile_limit(
     assert all(p.poll() is None for p in worker_processes)
 
 
+@pytest.mark.slow(seconds=40)
 async def test_a_burst_takes_as_long_as_the_profile_limit_says(
     db_pool: asyncpg.Pool,
     temporal_client: Client,
