@@ -29,7 +29,7 @@ from sandbox.server import BackgroundSandbox
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 from worker.crm import report_save, workflow_id
-from worker.runtime import build_worker, remote_http_client
+from worker.runtime import build_worker, remote_http_client, tls_context
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OWNER = "demo-owner"
@@ -44,7 +44,7 @@ def remote() -> Iterator[BackgroundSandbox]:
 
 @pytest.fixture
 async def sandbox(remote: BackgroundSandbox) -> AsyncIterator[SandboxClient]:
-    async with httpx.AsyncClient(base_url=remote.url, timeout=10.0) as http:
+    async with httpx.AsyncClient(base_url=remote.url, timeout=10.0, verify=tls_context()) as http:
         client = SandboxClient(remote.url, http)
         await client.reset()
         yield client

@@ -19,6 +19,7 @@ from ingress.app import IngressApp, create_app, wall_clock_ms
 from ingress.config import IngressConfig, parse_policy, resolve_secrets
 from ingress.server import uvicorn_config
 from ingress.signature import sign_v3
+from worker.runtime import tls_context
 
 WEBHOOK_SECRET = "test-webhook-secret"
 ACTION_SECRET = "test-action-secret"
@@ -208,7 +209,9 @@ async def live_server(
     try:
         await wait_until(started, what="uvicorn start")
         base_url = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as client:
+        async with httpx.AsyncClient(
+            base_url=base_url, timeout=10.0, verify=tls_context()
+        ) as client:
             yield Live(client, base_url, app.state.ingress, app)
     finally:
         server.should_exit = True

@@ -11,6 +11,7 @@ from sandbox.client import SandboxClient
 from sandbox.config import SandboxConfig
 from sandbox.server import BackgroundSandbox
 from tests.sandbox.support import make_config
+from worker.runtime import tls_context
 
 StartSandbox = Callable[[SandboxConfig], BackgroundSandbox]
 
@@ -40,7 +41,9 @@ def start_sandbox() -> Iterator[StartSandbox]:
 @pytest.fixture
 async def http(sandbox_server: BackgroundSandbox) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client whose base URL is the session sandbox."""
-    async with httpx.AsyncClient(base_url=sandbox_server.url, timeout=10.0) as client:
+    async with httpx.AsyncClient(
+        base_url=sandbox_server.url, timeout=10.0, verify=tls_context()
+    ) as client:
         yield client
 
 
