@@ -8,6 +8,8 @@ session's sandbox) and demo records, a worker on its own task queue, and a
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ from sandbox.client import SandboxClient
 from sandbox.config import SandboxConfig
 from sandbox.server import BackgroundSandbox
 from services.packs import apply_pack
-from services.record_loader import load_records, parse_records_document
+from services.record_loader import RecordsDocument, load_records, parse_records_document
 from worker.crm import report_save, workflow_id
 from worker.runtime import build_worker, remote_http_client, tls_context
 
@@ -51,18 +53,31 @@ async def sandbox(remote: BackgroundSandbox) -> AsyncIterator[SandboxClient]:
 
 
 def demo_manifest(base_url: str) -> dict[str, object]:
+    """The demo pack with its profiles pointed at `base_url`; a fresh copy each call (tests
+    edit it). Parsed once per base URL: the YAML costs more than the rest of a test's setup."""
+    return copy.deepcopy(_demo_manifest(base_url))
+
+
+@functools.cache
+def _demo_manifest(base_url: str) -> dict[str, object]:
     text = (EXAMPLES / "demo-pack.yaml").read_text()
     text = re.sub(r"baseUrl: http://127\.0\.0\.1:\d+", f"baseUrl: {base_url}", text)
-    loaded: dict[str, object] = yaml.safe_load(text)
+    loaded: dict[str, object] = yaml.load(text, Loader=yaml.CSafeLoader)
     return loaded
+
+
+@functools.cache
+def _demo_records() -> RecordsDocument:
+    return parse_records_document(
+        yaml.load((EXAMPLES / "demo-records.yaml").read_text(), Loader=yaml.CSafeLoader)
+    )
 
 
 @pytest.fixture
 async def demo_db(db_pool: asyncpg.Pool, remote: BackgroundSandbox) -> asyncpg.Pool:
     async with db_pool.acquire() as conn:
         await apply_pack(conn, demo_manifest(remote.url))
-        doc = parse_records_document(yaml.safe_load((EXAMPLES / "demo-records.yaml").read_text()))
-        await load_records(conn, doc)
+        await load_records(conn, _demo_records())
     return db_pool
 
 
