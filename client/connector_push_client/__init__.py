@@ -13,9 +13,9 @@ Installed alone with `pip install ./client` (httpx and pydantic only; see client
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Final, Self
 
 from pydantic import ValidationError
 
@@ -33,6 +33,9 @@ from connector_push_client.models import (
 
 if TYPE_CHECKING:
     import httpx
+
+# The server's default `save_api.max_batch`; pass the policy's own if it sets another.
+DEFAULT_BATCH: Final = 100
 
 __all__ = [
     "BatchAnswer",
@@ -76,6 +79,15 @@ def _error_of(response: httpx.Response) -> SaveApiError:
     return SaveApiError(response.status_code, answer.error, answer.fields, seconds)
 
 
+async def _each(saves: Iterable[SaveIn] | AsyncIterable[SaveIn]) -> AsyncIterator[SaveIn]:
+    if isinstance(saves, AsyncIterable):
+        async for save in saves:
+            yield save
+    else:
+        for save in saves:
+            yield save
+
+
 class SaveApiClient:
     """Reports saves over HTTP with a bearer key; owns its httpx client unless given one."""
 
@@ -108,6 +120,37 @@ class SaveApiClient:
         body = SaveBatchIn(saves=tuple(saves)).model_dump_json(by_alias=True, exclude_none=True)
         response = await self._post(BATCH_PATH, body, idempotency_key)
         return BatchAnswer.model_validate_json(response.content)
+
+    async def save_all(
+        self,
+        saves: Iterable[SaveIn] | AsyncIterable[SaveIn],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        idempotency_prefix: str | None = None,
+    ) -> AsyncIterator[BatchAnswer]:
+        """Report every save of `saves` (a list, a generator, an async iterator over a
+        million records) as batches of `batch_size` (at most the server's `max_batch`),
+        one request at a time, yielding each batch's answer. At most one batch is held in
+        memory: the iterator is read only as fast as batches are sent.
+
+        With `idempotency_prefix`, batch n is sent with the key `<prefix>-<n>`: after a
+        crash or Ctrl-C, run it again over the same saves in the same order with the same
+        prefix and the batches already admitted are answered from their stored first
+        answer (`replayed`), admitting nothing twice (API-1)."""
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        batch: list[SaveIn] = []
+        number = 0
+        async for save in _each(saves):
+            batch.append(save)
+            if len(batch) == batch_size:
+                yield await self._send(batch, idempotency_prefix, number)
+                batch, number = [], number + 1
+        if batch:
+            yield await self._send(batch, idempotency_prefix, number)
+
+    async def _send(self, batch: list[SaveIn], prefix: str | None, number: int) -> BatchAnswer:
+        return await self.save_batch(batch, None if prefix is None else f"{prefix}-{number}")
 
     async def _post(self, path: str, body: str, idempotency_key: str | None) -> httpx.Response:
         headers = {**self._headers, "content-type": "application/json"}
