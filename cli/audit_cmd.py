@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 from rich.console import Console
@@ -15,9 +15,9 @@ from rich.table import Table
 from cli import paging
 from cli.database import AsJson, DatabaseUrl, bad_input, connect
 from cli.database import resolve_dsn as _dsn
-from db import audit as q
-from protocol.audit import AuditRecord
-from protocol.retention import AgeInvalid, AgeTooLong, parse_age
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from protocol.audit import AuditRecord
 
 _stdout = Console(highlight=False)
 AUDIT_LIMIT: Final = 100
@@ -25,6 +25,8 @@ AUDIT_LIMIT: Final = 100
 
 def _since(text: str | None) -> datetime | None:
     """An age (`24h`: since 24 hours ago) or an ISO-8601 time (UTC when no offset)."""
+    from protocol.retention import AgeInvalid, AgeTooLong, parse_age
+
     if text is None:
         return None
     try:
@@ -45,6 +47,8 @@ async def _entries(
     dsn: str, link_key: str | None, since: datetime | None, limit: int, before: int | None
 ) -> list[AuditRecord]:
     """One page and one entry more (which says there are more)."""
+    from db import audit as q
+
     async with connect(dsn) as conn:
         return await q.entries(conn, link_key, since, limit + 1, before)
 

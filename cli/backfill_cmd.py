@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 from rich import box
@@ -16,17 +16,12 @@ from rich.table import Table
 
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, resolve_dsn
 from cli.errors import EXIT_REJECTED, fail, required_text
-from db.records import Conn
-from protocol.backfill_facts import Outcome, RecordDecision
-from services.backfill import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_OPERATOR,
-    ActivePackChanged,
-    BackfillReport,
-    BackfillUnavailable,
-    apply_backfill,
-    plan_backfill,
-)
+from protocol.backfill_defaults import DEFAULT_BATCH_SIZE, DEFAULT_OPERATOR
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from db.records import Conn
+    from protocol.backfill_facts import RecordDecision
+    from services.backfill import BackfillReport
 
 # Runs looking at more records than this show a progress bar (on stderr).
 PROGRESS_THRESHOLD: Final = 100
@@ -83,7 +78,8 @@ class _Bar:
             self._progress.stop()
 
 
-Run = Callable[[Conn, _Bar], Awaitable[BackfillReport]]
+if TYPE_CHECKING:
+    Run = Callable[[Conn, _Bar], Awaitable[BackfillReport]]
 
 
 async def _with_connection(dsn: str, run: Run) -> BackfillReport:
@@ -96,6 +92,8 @@ async def _with_connection(dsn: str, run: Run) -> BackfillReport:
 
 
 def _execute(dsn: str, run: Run) -> BackfillReport:
+    from services.backfill import ActivePackChanged, BackfillUnavailable
+
     try:
         return asyncio.run(_with_connection(dsn, run))
     except BackfillUnavailable as exc:
@@ -117,6 +115,8 @@ def _report_json(report: BackfillReport) -> dict[str, object]:
 
 def _print_report(report: BackfillReport, show_skipped: bool) -> None:
     """One table per action slot: record, link key prefix, outcome, reason, detail."""
+    from protocol.backfill_facts import Outcome
+
     console = Console()
     mode = "apply" if report.applied else "plan (dry run: nothing written)"
     console.print(f"backfill {mode}, install {report.pack_install_id}", highlight=False)
@@ -167,6 +167,8 @@ def plan_command(
     slots = tuple(action_slot or ())
 
     async def run(conn: Conn, bar: _Bar) -> BackfillReport:
+        from services.backfill import plan_backfill
+
         return await plan_backfill(conn, owner_key, slots, batch_size=batch_size, progress=bar)
 
     _finish(_execute(resolve_dsn(database_url), run), as_json, show_skipped)
@@ -189,6 +191,8 @@ def apply_command(
     slots = tuple(action_slot or ())
 
     async def run(conn: Conn, bar: _Bar) -> BackfillReport:
+        from services.backfill import apply_backfill
+
         return await apply_backfill(
             conn,
             owner_key,

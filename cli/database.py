@@ -9,17 +9,17 @@ import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Final, NoReturn
+from typing import TYPE_CHECKING, Annotated, Final, NoReturn
 
-import asyncpg
 import typer
-import yaml
 from rich.markup import escape
 
 from cli.dsn import ENCODE_HINT, describe_dsn
 from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail
-from cli.stack.devconfig import load_dev_config
-from db.pool import CONNECT_ERRORS
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    import asyncpg
+    import yaml
 
 CONNECT_TIMEOUT_S: Final = 10.0
 # No pack, records file or manifest comes near this; a file past it is a mistake.
@@ -45,6 +45,8 @@ def resolve_dsn(database_url: str | None) -> str:
     elif env := os.environ.get("DATABASE_URL"):
         dsn, source = env, "$DATABASE_URL"
     else:
+        from cli.stack.devconfig import load_dev_config
+
         dsn, source = load_dev_config().postgres.dsn(), "postgres.* in temporal-dev.yaml"
     _DSN_SOURCES[dsn] = source
     return dsn
@@ -95,6 +97,10 @@ def postgres_error(
 
 async def connect_postgres(dsn: str) -> asyncpg.Connection:
     """`asyncpg.connect`, bounded in time; any failure is a `CliError` (exit 5)."""
+    import asyncpg
+
+    from db.pool import CONNECT_ERRORS
+
     try:
         return await asyncio.wait_for(asyncpg.connect(dsn), CONNECT_TIMEOUT_S)
     except CONNECT_ERRORS as exc:
@@ -122,6 +128,8 @@ connect = open_connection
 
 
 def _syntax_error(path: Path, exc: json.JSONDecodeError | yaml.YAMLError) -> str:
+    import yaml
+
     if isinstance(exc, json.JSONDecodeError):
         return f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}"
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
@@ -165,6 +173,8 @@ def check_writable(path: Path, option: str) -> None:
 
 def read_document(path: Path) -> object:
     """Parse a YAML or JSON file (`.json` as JSON, anything else as YAML)."""
+    import yaml
+
     text = read_text_file(path)
     try:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

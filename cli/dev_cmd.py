@@ -14,38 +14,45 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shlex
 import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from cli.database import AsJson, connect_postgres, echo_json, postgres_error
-from cli.demo_data import load_demo
 from cli.dsn import mask_dsn
 from cli.errors import fail
-from cli.stack.derived import ingress_policy_file, service_url
-from cli.stack.devconfig import DEFAULT_PATH, DevConfig, load_dev_config
 from cli.stack.lock import DataDirLock, StackInfo, running_stack
+from cli.stack.paths import DEFAULT_PATH
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import StackError
 from cli.stack.supervisor import Supervisor
-from cli.stack.temporal import TemporalDevServer
-from db.migrate import apply_migrations
-from db.pool import CONNECT_ERRORS
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    import httpx
+
+    from cli.stack.devconfig import DevConfig
+    from cli.stack.temporal import TemporalDevServer
+
+    DemoLoader = Callable[[str, DevConfig], Awaitable[list[str]]]
 
 console = Console()
 
+
+async def _load_demo_data(database_url: str, config: DevConfig) -> list[str]:
+    from cli.demo_data import load_demo  # the services it loads with: only when it runs
+
+    return await load_demo(database_url, config)
+
+
 # Steps run after migrations to give a newcomer something to push.
-DemoLoader = Callable[[str, DevConfig], Awaitable[list[str]]]
-DEMO_LOADERS: list[DemoLoader] = [load_demo]
+DEMO_LOADERS: list[DemoLoader] = [_load_demo_data]
 # Written once the demo data is loaded: later runs on this data directory leave it be.
 DEMO_MARKER = "demo-loaded"
 
@@ -73,6 +80,8 @@ def planned_endpoints(config: DevConfig) -> Endpoints:
 
 
 def stack_info(config: DevConfig, endpoints: Endpoints, children: Supervisor) -> StackInfo:
+    from cli.stack.derived import service_url
+
     return StackInfo(
         pid=os.getpid(),
         database_url=endpoints.database_url,
@@ -98,6 +107,9 @@ async def _ensure_database(server: EmbeddedPostgres, name: str) -> None:
 
 
 async def _migrate(database_url: str) -> None:
+    from db.migrate import apply_migrations
+    from db.pool import CONNECT_ERRORS
+
     try:
         applied = await apply_migrations(database_url)
     except CONNECT_ERRORS as exc:  # the causes' text may quote the password: not chained
@@ -109,6 +121,8 @@ async def _migrate(database_url: str) -> None:
 
 
 async def _answers(http: httpx.AsyncClient, url: str) -> bool:
+    import httpx
+
     try:
         return (await http.get(url)).status_code == 200
     except httpx.TransportError:
@@ -138,6 +152,8 @@ class DevStack:
         return self.postgres.dsn(pg.database)
 
     async def start_temporal(self) -> tuple[str, str | None]:
+        from cli.stack.temporal import TemporalDevServer
+
         if address := os.environ.get("TEMPORAL_ADDRESS"):
             console.print(
                 f"Temporal: using $TEMPORAL_ADDRESS {address} (unset it to run the dev server)"
@@ -184,6 +200,8 @@ class DevStack:
 
     async def _wait_children_ready(self, timeout_s: float = 60.0) -> None:
         """The stack is up only when every service answers (not when it was spawned)."""
+        import httpx
+
         sandbox, ingress = self.config.sandbox, self.config.ingress
         probes = {
             "sandbox": f"http://{sandbox.host}:{sandbox.port}/_sandbox/health",
@@ -203,6 +221,8 @@ class DevStack:
                     await asyncio.sleep(0.1)
 
     def _start_children(self, env: dict[str, str]) -> None:
+        from cli.stack.derived import ingress_policy_file
+
         sandbox = self.config.sandbox
         sandbox_args = [
             "sandbox",
@@ -241,6 +261,8 @@ class DevStack:
 
 
 def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
+    from cli.stack.derived import service_url
+
     console.print("\n[bold green]connector-push dev stack is up[/]")
     if endpoints.ui_url:
         console.print(f"  Temporal Web UI   {endpoints.ui_url}")
@@ -308,20 +330,9 @@ async def run_stack(config: DevConfig, *, load_demo: bool) -> None:
         lock.release()
 
 
-def _exports(info: StackInfo) -> list[str]:
-    values = {
-        "DATABASE_URL": info.database_url,
-        "TEMPORAL_ADDRESS": info.temporal_address,
-        "TEMPORAL_NAMESPACE": info.temporal_namespace,
-        "SANDBOX_URL": info.sandbox_url,
-        "INGRESS_URL": info.ingress_url,
-    }
-    if info.ui_url:
-        values["TEMPORAL_UI_URL"] = info.ui_url
-    return [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
-
-
 def _running(config_path: Path) -> StackInfo:
+    from cli.stack.devconfig import load_dev_config
+
     config = load_dev_config(config_path)
     data_dir = config.resolve(config.data_dir)
     info = running_stack(data_dir)
@@ -348,6 +359,8 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Run the local stack: Postgres, Temporal + UI, worker, ingress, sandbox, demo pack."""
+        from cli.stack.devconfig import load_dev_config
+
         if ctx.invoked_subcommand is not None:
             return
         try:
@@ -362,7 +375,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             echo_json(asdict(info))
             return
-        typer.echo("\n".join(_exports(info)))
+        typer.echo("\n".join(info.exports()))
 
     @dev.command("status")
     def status_command(config: ConfigPath = DEFAULT_PATH, as_json: AsJson = False) -> None:

@@ -18,15 +18,15 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, ParamSpec, TypeVar
 
-import asyncpg
 import typer
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings
 from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    from pydantic_settings import BaseSettings
 
 EXIT_FAILED: Final = 1
 EXIT_BAD_INPUT: Final = 2
@@ -56,7 +56,7 @@ class CliError(Exception):
         self.code = code
 
 
-_S = TypeVar("_S", bound=BaseSettings)
+_S = TypeVar("_S", bound="BaseSettings")
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -64,6 +64,8 @@ _R = TypeVar("_R")
 def load_settings(model: type[_S]) -> _S:
     """`model()` from the environment, or exit 5 naming the variable that broke its rule
     (never its value: DSNs and keys are secrets)."""
+    from pydantic import ValidationError  # only commands that read settings pay for it
+
     try:
         return model()
     except ValidationError as error:
@@ -157,6 +159,14 @@ def _require_utf8(arguments: list[str]) -> None:
             raise SystemExit(EXIT_BAD_INPUT) from None
 
 
+def _schema_missing(exc: Exception) -> bool:
+    """asyncpg's UndefinedTableError, without importing asyncpg: a command that never
+    imported it cannot have raised it (the CLI starts without it, issue 31)."""
+    asyncpg_exceptions = sys.modules.get("asyncpg.exceptions")
+    missing = getattr(asyncpg_exceptions, "UndefinedTableError", None)
+    return isinstance(missing, type) and isinstance(exc, missing)
+
+
 class OneLineErrors(TyperGroup):
     """The root group: any exception a command lets escape becomes one line and a code."""
 
@@ -176,14 +186,12 @@ class OneLineErrors(TyperGroup):
                 raise
             print_error(escape(error.message))
             raise typer.Exit(error.code) from None
-        except asyncpg.UndefinedTableError as exc:  # whichever query found the schema missing
-            if debug_enabled():
-                raise
-            print_error(escape(f"{exc}: run `connector-push migrate` first"))
-            raise typer.Exit(EXIT_UNAVAILABLE) from None
         except Exception as exc:
             if debug_enabled():
                 raise
+            if _schema_missing(exc):  # whichever query found the schema missing
+                print_error(escape(f"{exc}: run `connector-push migrate` first"))
+                raise typer.Exit(EXIT_UNAVAILABLE) from None
             print_error(
                 escape(f"unexpected error: {_one_line(exc)}")
                 + f" (rerun with --debug or {DEBUG_ENV}=1 for the traceback)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,17 +13,9 @@ from rich.markup import escape
 
 from cli.database import bad_input, read_text_file
 from cli.errors import EXIT_UNAVAILABLE, CliError, fail, load_settings
-from ingress.admission import DatabaseUrlUnreadable
-from ingress.config import (
-    ConfigError,
-    IngressSettings,
-    PolicyLocation,
-    parse_policy,
-    readback,
-    refuse_shared_save_api_keys,
-)
-from ingress.server import serve
-from protocol.ingress_policy import IngressPolicy
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from protocol.ingress_policy import IngressPolicy
 
 ConfigOption = Annotated[
     Path | None,
@@ -34,6 +26,8 @@ ConfigOption = Annotated[
 
 
 def _policy_path(option: Path | None) -> Path:
+    from ingress.config import PolicyLocation
+
     path = option or PolicyLocation().config
     if path is None:
         fail("no ingress policy: pass --config or set CONNECTOR_PUSH_INGRESS_CONFIG")
@@ -42,6 +36,8 @@ def _policy_path(option: Path | None) -> Path:
 
 def _read_policy(path: Path) -> IngressPolicy:
     """The policy file parsed and validated; anything wrong with it exits 2, one line."""
+    from ingress.config import ConfigError, parse_policy
+
     text = read_text_file(path, "the YAML policy")
     try:
         return parse_policy(text)
@@ -99,7 +95,11 @@ def register(app: typer.Typer) -> None:
     def ingress_command(ctx: typer.Context, config: ConfigOption = None) -> None:
         """Serve the ingress (needs DATABASE_URL and the secrets the policy names)."""
         ctx.obj = config
-        if ctx.invoked_subcommand is None:
+        if ctx.invoked_subcommand is None:  # `readback` needs none of the server's imports
+            from ingress.admission import DatabaseUrlUnreadable
+            from ingress.config import ConfigError, IngressSettings, refuse_shared_save_api_keys
+            from ingress.server import serve
+
             path = _policy_path(config)
             policy = _read_policy(path)  # a bad file is bad input (exit 2), as for `readback`
             try:
@@ -121,6 +121,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     ) -> None:
         """Print the active endpoint policy (modes, schemes, limits); never secret values."""
+        from ingress.config import ConfigError, readback
+
         path = _policy_path(config or ctx.obj)
         policy = _read_policy(path)
         try:

@@ -7,32 +7,24 @@ import asyncio
 import json
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
-import asyncpg
 import typer
-from pydantic import TypeAdapter
 from rich.console import Console
 from rich.markup import escape
 
 from cli import link_views, paging
 from cli.database import AsJson, DatabaseUrl, connect_postgres, resolve_dsn
-from cli.entry import (
-    admission_pool,
-    connect_best_effort,
-    run_closing_temporal,
-    runtime_settings,
-    warn_deferred,
-)
 from cli.errors import EXIT_REJECTED, fail
-from db import journal as journal_q
-from db import pages
-from protocol.admission import AdmissionDecision, SaveRequest
 from protocol.states import AttemptStatus, LinkStatus
-from worker.crm import SaveOutcome, WakeStatus, report_save_outcome, wake_best_effort
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    import asyncpg
+
+    from protocol.admission import SaveRequest
+    from worker.crm import SaveOutcome
 
 console = Console()
-_DECISION = TypeAdapter(AdmissionDecision)
 LIST_LIMIT: Final = 500
 ListLimit = Annotated[
     int, typer.Option("--limit", min=1, max=100_000, help="rows per page, newest first")
@@ -41,6 +33,9 @@ ListLimit = Annotated[
 
 async def _save(dsn: str, save: SaveRequest) -> SaveOutcome:
     """Admit first (API-2); then wake the workflow if Temporal answers in time."""
+    from cli.entry import admission_pool, connect_best_effort, runtime_settings, warn_deferred
+    from worker.crm import SaveOutcome, WakeStatus, report_save_outcome, wake_best_effort
+
     settings = runtime_settings()
     async with admission_pool(dsn) as pool:
         outcome = await report_save_outcome(pool, None, settings.task_queue, save)
@@ -79,6 +74,8 @@ def _journal(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
 async def _attempt_and_journal(
     dsn: str, attempt_id: str
 ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    from db import journal as journal_q
+
     conn = await connect_postgres(dsn)
     try:
         row = await conn.fetchrow(
@@ -152,6 +149,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Report a record save as the CRM would (WF-2): admit in Postgres, then wake the
         workflow (best effort: with Temporal down the save still stands, exit 0)."""
+        from pydantic import TypeAdapter
+
+        from cli.entry import run_closing_temporal
+        from protocol.admission import AdmissionDecision, SaveRequest
+
         save = SaveRequest(
             connector_owner_key=owner_key,
             action_slot_id=action_slot,
@@ -162,7 +164,10 @@ def register(app: typer.Typer) -> None:
         )
         outcome = run_closing_temporal(_save(resolve_dsn(database_url), save))
         decision = outcome.decision
-        data = {**_DECISION.dump_python(decision, mode="json"), "wake": outcome.wake.value}
+        data = {
+            **TypeAdapter(AdmissionDecision).dump_python(decision, mode="json"),
+            "wake": outcome.wake.value,
+        }
         if as_json:
             console.print_json(json.dumps(data))
         else:
@@ -182,6 +187,8 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """List links, newest first, a page at a time (stderr names the next page)."""
+        from db import pages
+
         start = paging.time_key_cursor(after, "links")
         value = status and status.value
         _list(
@@ -202,6 +209,8 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """List create attempts, newest first, a page at a time (stderr names the next)."""
+        from db import pages
+
         start = paging.uuid_cursor(after, "attempts")
         value = status and status.value
         _list(

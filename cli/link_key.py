@@ -7,8 +7,6 @@ from typing import Annotated
 
 import typer
 
-from protocol.identity import InvalidIdentityPart, LinkIdentity, link_workflow_id
-
 _EXIT_BAD_INPUT = 2
 
 
@@ -23,6 +21,8 @@ def link_key_command(
     ] = False,
 ) -> None:
     """Print the link key of one (owner, action slot, record, destination slot)."""
+    from protocol.identity import InvalidIdentityPart, LinkIdentity, link_workflow_id
+
     try:
         identity = LinkIdentity.model_construct(
             connector_owner_key=owner_key,

@@ -8,9 +8,8 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncGenerator, Callable, Coroutine
-from typing import Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
-import asyncpg
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -19,15 +18,13 @@ from rich.table import Table
 from cli import paging
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, resolve_dsn
 from cli.errors import fail
-from db import journal as journal_q
-from db import key_view as kq
-from db import link_search as sq
-from db import links as links_q
-from protocol.messages import LinkView
-from protocol.park import ParkReason, park_reason, remedy_for
+from protocol.park_reason import ParkReason
 from protocol.states import AttemptStatus, LinkStatus, PatchStatus
-from protocol.summary import LinkFacts, link_summary
-from services.rows import view_of
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    import asyncpg
+
+    from protocol.messages import LinkView
 
 console = Console()
 PATCHES_SHOWN: Final = 20
@@ -62,6 +59,12 @@ def _run(dsn: str, query: Callable[[asyncpg.Connection], Coroutine[Any, Any, T]]
 
 async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dict[str, Any]:
     """Everything Postgres holds about one key, JSON-ready (empty lists when none)."""
+    from db import journal as journal_q
+    from db import key_view as kq
+    from db import links as links_q
+    from protocol.park import park_reason, remedy_for
+    from services.rows import view_of
+
     link = await kq.link_row(conn, key)
     journal = [{c: r[c] for c in JOURNAL_COLUMNS} for r in await journal_q.link_journal(conn, key)]
     attempts = [dict(r) for r in await kq.attempts(conn, key)]
@@ -132,6 +135,9 @@ def print_rows(rows: list[dict[str, Any]], title: str) -> None:
 
 
 def _found(row: asyncpg.Record) -> dict[str, Any]:
+    from protocol.park import park_reason
+    from protocol.summary import LinkFacts, link_summary
+
     facts = LinkFacts.model_validate({k: row[k] for k in LinkFacts.model_fields})
     reason = park_reason(_find_view(row))
     return {
@@ -148,6 +154,8 @@ def _found(row: asyncpg.Record) -> dict[str, Any]:
 
 def _find_view(row: asyncpg.Record) -> LinkView:
     """Just enough of the workflow's view for `park_reason` (the same rule it publishes)."""
+    from protocol.messages import LinkView
+
     return LinkView(
         link_key=row["link_key"],
         link_status=LinkStatus(row["link_status"]) if row["link_status"] else None,
@@ -171,6 +179,8 @@ async def find(
     """The keys matching after `after`, in link-key order, at most `limit + 1` (the extra
     one says there are more). Park reasons are computed here, so candidates are read in
     batches until enough match."""
+    from db import link_search as sq
+
     wanted = limit + 1
     while wanted > 0:
         batch = wanted if reason is None else max(wanted, CANDIDATES)

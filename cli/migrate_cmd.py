@@ -11,10 +11,11 @@ from rich.markup import escape
 
 from cli.database import connect_postgres, resolve_dsn
 from cli.errors import fail
-from db.migrate import MigrationError, apply_migrations, discover_migrations
 
 
 async def _migrate(dsn: str) -> list[str]:
+    from db.migrate import apply_migrations
+
     # Reachability first, so a down or misnamed database is one line (exit 5), and a
     # failing migration is reported as itself.
     conn = await connect_postgres(dsn)
@@ -38,6 +39,8 @@ def migrate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Apply pending migrations in order; an edited applied migration is an error."""
+    from db.migrate import MigrationError, discover_migrations
+
     dsn = resolve_dsn(database_url)
     try:
         applied = asyncio.run(_migrate(dsn))

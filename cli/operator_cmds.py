@@ -17,41 +17,21 @@ import asyncio
 import hashlib
 import json
 import time
-from typing import Annotated, Any, Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, NamedTuple, TypeVar
 
 import typer
-from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
-from temporalio.client import (
-    Client,
-    RPCTimeoutOrCancelledError,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
-from temporalio.exceptions import FailureError
-from temporalio.service import RPCError
 
 from cli.database import AsJson, DatabaseUrl, open_connection, resolve_dsn
-from cli.entry import run_closing_temporal, runtime_settings, temporal_client
 from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail, required_text
-from db.link_rows import link_key_known
-from protocol.identity import is_link_key
-from protocol.messages import (
-    LinkView,
-    MarkTerminalInput,
-    OperatorInput,
-    OperatorResult,
-    ReconcileInput,
-    RetireInput,
-    RevalidateInput,
-    SupersedeInput,
-)
-from protocol.remote_ids import RemoteIdError, check_remote_id
-from protocol.summary import LinkFacts
-from services.wake import link_facts
-from worker.crm import wake_link, workflow_id
-from workflows.link import LinkWorkflow
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from pydantic import BaseModel
+    from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+
+    from protocol.messages import LinkView, OperatorInput, OperatorResult
+    from protocol.summary import LinkFacts
 
 console = Console()
 LOAD_TIMEOUT_S: Final = 30.0
@@ -84,6 +64,8 @@ class OperatorRefused(Exception):
 
 def check_key_shape(link_key: str) -> None:
     """Exit 2 before any connection when `link_key` cannot be a link key."""
+    from protocol.identity import is_link_key
+
     if not is_link_key(link_key):
         raise CliError(
             f"{link_key!r} is not a link key (lk1_ and 64 hex digits): find it with "
@@ -95,6 +77,9 @@ def check_key_shape(link_key: str) -> None:
 async def check_key_has_rows(dsn: str, link_key: str) -> LinkFacts | None:
     """Exit 2 when Postgres has no link and no attempt for `link_key` (nothing is woken);
     else the link's facts, for the summary of a run this command may start (OPS-1)."""
+    from db.link_rows import link_key_known
+    from services.wake import link_facts
+
     async with open_connection(dsn) as conn:
         known = await link_key_known(conn, link_key)
         facts = (await link_facts(conn, [link_key])).get(link_key) if known else None
@@ -109,6 +94,8 @@ async def check_key_has_rows(dsn: str, link_key: str) -> LinkFacts | None:
 
 async def _loaded_view(handle: WorkflowHandle[Any, Any]) -> LinkView:
     """The workflow's view once it has read Postgres (or whatever it shows at the deadline)."""
+    from workflows.link import LinkWorkflow
+
     deadline = time.monotonic() + LOAD_TIMEOUT_S
     while True:
         view = await handle.query(LinkWorkflow.state)
@@ -132,6 +119,9 @@ async def run_action(
 ) -> OperatorResult:
     """Check the key has rows, wake, wait for the loaded state, run `update` (a LinkWorkflow
     update method); refusals raise `OperatorRefused`."""
+    from cli.entry import runtime_settings, temporal_client
+    from worker.crm import wake_link
+
     settings = runtime_settings()
     facts = await check_key_has_rows(dsn, link_key)
     queue = task_queue or settings.task_queue
@@ -143,6 +133,10 @@ async def run_action(
 async def _update(
     client: Client, update: Any, link_key: str, request: OperatorInput
 ) -> OperatorResult:
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from worker.crm import workflow_id
+
     handle = client.get_workflow_handle(workflow_id(link_key))
     view = await _loaded_view(handle)
     try:
@@ -156,6 +150,8 @@ async def _update(
 
 def _reason(error: WorkflowUpdateFailedError) -> str:
     """The innermost message: the validator's text, or the activity's refusal."""
+    from temporalio.exceptions import FailureError
+
     failure: BaseException = error.cause
     while isinstance(failure, FailureError) and isinstance(failure.cause, FailureError):
         failure = failure.cause
@@ -168,6 +164,11 @@ def _invoke(
     request: OperatorInput,
     options: Options,
 ) -> None:
+    from temporalio.client import RPCTimeoutOrCancelledError
+    from temporalio.service import RPCError
+
+    from cli.entry import run_closing_temporal
+
     task_queue, database_url, as_json = options
     check_key_shape(link_key)
     dsn = resolve_dsn(database_url)
@@ -193,6 +194,8 @@ def _unanswered(action: str, link_key: str, error: Exception) -> CliError:
     """Temporal failed a call after the connect (restarting, overloaded, no answer in time):
     exit 5, one line. The update id is deterministic, so the same command run again returns
     the first answer if this one was applied (module doc)."""
+    from temporalio.service import RPCError
+
     status = error.status.name if isinstance(error, RPCError) else "TIMEOUT"
     detail = " ".join(str(error).split()) or type(error).__name__
     return CliError(
@@ -203,12 +206,14 @@ def _unanswered(action: str, link_key: str, error: Exception) -> CliError:
     )
 
 
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M", bound="BaseModel")
 
 
 def _request(model: type[_M], **fields: object) -> _M:
     """The operator action's input, or exit 2 naming the option and its rule (nothing is
     started or written: this runs before any connection)."""
+    from pydantic import ValidationError
+
     for name, value in fields.items():
         if isinstance(value, str):
             required_text(_option(name), value)
@@ -241,6 +246,9 @@ def register(app: typer.Typer) -> None:
 
         Refused (exit 1) for an attempt any try of which may have landed (SPEC §15 C-1):
         a new attempt could create a second object; find it and run `reconcile`."""
+        from protocol.messages import SupersedeInput
+        from workflows.link import LinkWorkflow
+
         request = _request(
             SupersedeInput, operator=operator, reason=reason, reserve_next=not no_reserve
         )
@@ -260,6 +268,10 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """ambiguous_remote_effect -> finalized link with an operator-proven remote id."""
+        from protocol.messages import ReconcileInput
+        from protocol.remote_ids import RemoteIdError, check_remote_id
+        from workflows.link import LinkWorkflow
+
         try:  # PROF-4 here, not only in the activity: nothing is woken for a bad id
             check_remote_id(remote_id)
         except RemoteIdError as error:
@@ -281,6 +293,9 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """finalized | suspended_drift -> retired (the remote id is released, ID-4)."""
+        from protocol.messages import RetireInput
+        from workflows.link import LinkWorkflow
+
         request = _request(RetireInput, operator=operator, reason=reason)
         _invoke(LinkWorkflow.retire, link_key, request, Options(task_queue, database_url, as_json))
 
@@ -294,6 +309,9 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """A pending attempt that provably sent nothing -> terminal_failed."""
+        from protocol.messages import MarkTerminalInput
+        from workflows.link import LinkWorkflow
+
         request = _request(MarkTerminalInput, operator=operator, reason=reason)
         options = Options(task_queue, database_url, as_json)
         _invoke(LinkWorkflow.mark_terminal, link_key, request, options)
@@ -309,6 +327,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """suspended_drift -> finalized on the active pack's snapshots (mapping fingerprints
         move only through `revalidate apply`, SPEC §9)."""
+        from protocol.messages import RevalidateInput
+        from workflows.link import LinkWorkflow
+
         request = _request(RevalidateInput, operator=operator, reason=reason)
         _invoke(
             LinkWorkflow.revalidate, link_key, request, Options(task_queue, database_url, as_json)

@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -15,24 +15,15 @@ from rich.table import Table
 
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
-from cli.entry import cli_runtime, run_closing_temporal
 from cli.errors import fail, load_settings, required_text
-from db import packs as q
-from db.records import Conn
-from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
-from protocol.rate_limit import budget_rates
-from services.pack_preview import ApplyPreview, preview_apply
-from services.packs import (
-    ActivePack,
-    ApplyOutcome,
-    ApplyPackResult,
-    active_manifests,
-    apply_pack,
-    get_active_pack,
-)
-from services.rate_limit import ensure_fairness_limit
-from worker.client import connect_temporal
-from worker.settings import RuntimeSettings
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from db import packs as q
+    from db.records import Conn
+    from protocol.manifest import PackManifest
+    from services.pack_preview import ApplyPreview
+    from services.packs import ActivePack, ApplyPackResult
+    from worker.settings import RuntimeSettings
 
 # Setting the limits on Temporal is best effort: the worker sets them at start too.
 RATE_LIMIT_SYNC_TIMEOUT_S = 10.0
@@ -54,6 +45,8 @@ def validate_manifest_file(path: Path) -> PackManifest:
 
 def validate_manifest_document(path: Path, document: object) -> PackManifest:
     """Validate a manifest read from `path`; invalid input exits non-zero naming the field."""
+    from protocol.manifest import ManifestInvalid, parse_manifest
+
     if not isinstance(document, Mapping):
         bad_input(f"{path}: a pack manifest is a mapping of manifest fields")
     try:
@@ -67,6 +60,8 @@ def _short(digest: str) -> str:
 
 
 def _print_apply(result: ApplyPackResult) -> None:
+    from services.packs import ApplyOutcome
+
     owner, install = result.connector_owner_key, result.pack_install_id
     if result.outcome is ApplyOutcome.UNCHANGED:
         typer.echo(
@@ -104,6 +99,9 @@ def _print_apply(result: ApplyPackResult) -> None:
 async def _apply(
     dsn: str, manifest: PackManifest, *, reinstall: bool, operator: str, reason: str
 ) -> tuple[ApplyPackResult, dict[str, float]]:
+    from protocol.rate_limit import budget_rates
+    from services.packs import active_manifests, apply_pack
+
     async with connect(dsn) as conn:
         result = await apply_pack(
             conn, manifest, reinstall=reinstall, operator=operator, reason=reason
@@ -121,6 +119,10 @@ _REINSTALL_CONSEQUENCE = (
 
 async def _set_rate_limits(rates: dict[str, float], settings: RuntimeSettings) -> str:
     """Set the remote rate limits (PROF-3) on the task queue; a note on what happened."""
+    from cli.entry import cli_runtime
+    from services.rate_limit import ensure_fairness_limit
+    from worker.client import connect_temporal
+
     if not rates:
         return "rate limits: no profile declares rateLimit"
     if settings.temporal_address is None:
@@ -136,6 +138,8 @@ async def _set_rate_limits(rates: dict[str, float], settings: RuntimeSettings) -
 
 
 async def _preview(dsn: str, manifest: PackManifest, *, reinstall: bool) -> ApplyPreview:
+    from services.pack_preview import preview_apply
+
     async with connect(dsn) as conn:
         return await preview_apply(conn, manifest, reinstall=reinstall)
 
@@ -198,6 +202,9 @@ def apply_command(
     ] = "",
 ) -> None:
     """Validate a manifest and make it the active install for its ConnectorOwnerKey."""
+    from cli.entry import run_closing_temporal
+    from worker.settings import RuntimeSettings
+
     manifest = validate_manifest_file(file)
     if reinstall and not confirm_reinstall and not dry_run:
         bad_input(f"{_REINSTALL_CONSEQUENCE}; pass --confirm-reinstall to proceed")
@@ -225,6 +232,8 @@ def apply_command(
 
 
 async def _resolve_owner(conn: Conn, owner_key: str | None) -> str:
+    from db import packs as q
+
     if owner_key is not None:
         return owner_key
     owners = await q.select_active_owner_keys(conn)
@@ -238,6 +247,8 @@ async def _resolve_owner(conn: Conn, owner_key: str | None) -> str:
 
 
 async def _show(dsn: str, owner_key: str | None) -> ActivePack:
+    from services.packs import get_active_pack
+
     async with connect(dsn) as conn:
         owner = await _resolve_owner(conn, owner_key)
         active = await get_active_pack(conn, owner)
@@ -322,6 +333,8 @@ def show_command(
 
 
 async def _list(dsn: str, owner_key: str | None) -> list[q.PackInstallRow]:
+    from db import packs as q
+
     async with connect(dsn) as conn:
         return await q.select_installs(conn, owner_key)
 

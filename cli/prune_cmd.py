@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,15 +12,10 @@ from rich.table import Table
 
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
 from cli.database import resolve_dsn as _dsn
-from protocol.retention import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_KEEP_PATCHES,
-    AgeInvalid,
-    PruneInput,
-    PruneReport,
-    parse_age,
-)
-from services.retention import prune
+from protocol.retention_defaults import DEFAULT_BATCH_SIZE, DEFAULT_KEEP_PATCHES
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from protocol.retention import PruneInput, PruneReport
 
 _stdout = Console(highlight=False)
 
@@ -34,6 +29,8 @@ _KINDS = (
 
 
 async def _run(dsn: str, request: PruneInput) -> PruneReport:
+    from services.retention import prune
+
     async with connect(dsn) as conn:
         return await prune(conn, request, datetime.now(UTC))
 
@@ -69,6 +66,8 @@ def prune_command(
     as_json: AsJson = False,
 ) -> None:
     """Delete finished ingress receipts, events, action executions and old PATCH rows."""
+    from protocol.retention import AgeInvalid, PruneInput, parse_age
+
     try:
         age = parse_age(older_than)
     except AgeInvalid as error:

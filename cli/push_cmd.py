@@ -13,26 +13,24 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
-import asyncpg
 import typer
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
-from temporalio.client import Client
 
 from cli.database import AsJson, DatabaseUrl, bad_input, echo_json, resolve_dsn
-from cli.entry import admission_pool, connect_best_effort, run_closing_temporal, runtime_settings
 from cli.errors import EXIT_REJECTED
-from cli.push_progress import PROGRESS_INTERVAL_S, ProgressLines, Tally, progress_line, scope_of
-from db import push as q
-from protocol.admission import ObservedActiveAttempt, Rejected, SaveRequest
-from protocol.identity import link_key
+from cli.push_progress import PROGRESS_INTERVAL_S
 from protocol.states import ATTEMPT_RELEASED
-from services.packs import get_active_pack
-from services.rate_limit import pack_change_listener
-from services.save_entry import WakeStatus, admit_one, wake_best_effort
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    import asyncpg
+    from temporalio.client import Client
+
+    from cli.push_progress import Tally
+    from protocol.admission import SaveRequest
 
 PAGE: Final = 200
 EXIT_INTERRUPTED: Final = 130
@@ -50,11 +48,15 @@ class Target:
     user: str | None
 
     def key(self, record_id: str) -> str:
+        from protocol.identity import link_key
+
         return link_key(
             self.owner_key, self.action_slot, self.source_object, record_id, self.destination_slot
         )
 
     def save(self, record_id: str) -> SaveRequest:
+        from protocol.admission import SaveRequest
+
         return SaveRequest(
             connector_owner_key=self.owner_key,
             action_slot_id=self.action_slot,
@@ -72,6 +74,8 @@ WATCH_INTERVAL_S = 0.5
 async def resolve_target(
     pool: asyncpg.Pool, owner_key: str, action_slot: str, user: str | None
 ) -> Target:
+    from services.packs import get_active_pack
+
     async with pool.acquire() as conn:
         pack = await get_active_pack(conn, owner_key)
     slot = (
@@ -86,6 +90,8 @@ async def pages(
     pool: asyncpg.Pool, target: Target, record_ids: list[str], tally: Tally
 ) -> AsyncIterator[list[str]]:
     """Record ids to consider, a page at a time (the named ones, or all of the object)."""
+    from db import push as q
+
     if record_ids:
         async with pool.acquire() as conn:
             live = await q.live_record_ids(conn, target.source_object, record_ids)
@@ -109,6 +115,8 @@ async def unclaimed(pool: asyncpg.Pool, target: Target, page: list[str], tally: 
     (not linked yet, then its attempt already released) would look unclaimed and be
     counted as a new admission (seen under a loaded test run).
     """
+    from db import push as q
+
     keys = {r: target.key(r) for r in page}
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         linked = await q.linked_keys(conn, list(keys.values()))
@@ -128,6 +136,9 @@ class Run:
 
 
 async def _report(run: Run, record_id: str, tally: Tally) -> None:
+    from protocol.admission import ObservedActiveAttempt, Rejected
+    from services.save_entry import WakeStatus, admit_one, wake_best_effort
+
     save = run.target.save(record_id)
     decision = await admit_one(run.pool, save)
     if isinstance(decision, Rejected):
@@ -160,6 +171,8 @@ async def admit_all(run: Run, record_ids: list[str], limit: int | None, tally: T
 
 async def watch(pool: asyncpg.Pool, tally: Tally) -> None:
     """Keep `tally.statuses` current for this run's admitted links."""
+    from db import push as q
+
     async with pool.acquire() as conn:
         tally.statuses = await q.latest_attempt_statuses(conn, tally.admitted_keys)
 
@@ -182,6 +195,10 @@ async def push(
     tally: Tally,
     display: Display,
 ) -> None:
+    from cli.entry import admission_pool, connect_best_effort, runtime_settings
+    from cli.push_progress import ProgressLines, progress_line, scope_of
+    from services.rate_limit import pack_change_listener
+
     settings = runtime_settings()
     # The budget-rate cache beside a listener: no periodic re-read over a long push (P2).
     async with admission_pool(dsn, max_size=concurrency + 1) as pool, pack_change_listener(pool):
@@ -251,6 +268,9 @@ def register(app: typer.Typer) -> None:
         Exits 3 when any save was rejected or a --record-id was not found (every other
         save stands), 130 when interrupted. Progress goes to stderr: a live line on a
         terminal, else (or with --json) a plain line every --progress-every seconds."""
+        from cli.entry import run_closing_temporal
+        from cli.push_progress import Tally
+
         if bool(record_id) == all_records:
             bad_input("pass --all or at least one --record-id (not both)")
         tally = Tally()

@@ -14,14 +14,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, TextIO
+from typing import TYPE_CHECKING, Final, TextIO
 
-import asyncpg
-
-from db import push as q
-from protocol.rate_limit import destination_budget
 from protocol.states import AttemptStatus
-from services.packs import active_manifests, get_active_pack
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    import asyncpg
 
 PARKED: Final = (AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, AttemptStatus.TERMINAL_FAILED)
 
@@ -187,6 +185,10 @@ async def scope_of(
 ) -> Scope:
     """The run's scope: its records and its destination's budget, across every active
     pack (a budget's rate is the slowest any profile spending it declares, PROF-3)."""
+    from db import push as q
+    from protocol.rate_limit import destination_budget
+    from services.packs import active_manifests, get_active_pack
+
     async with pool.acquire() as conn:
         if record_ids:
             records = len(await q.live_record_ids(conn, source_object, record_ids))

@@ -5,23 +5,21 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
-from services.record_loader import (
-    LoadSummary,
-    RecordsDocument,
-    RecordsFileInvalid,
-    load_records,
-    parse_records_document,
-)
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from services.record_loader import LoadSummary, RecordsDocument
 
 
 def validate_records_file(path: Path) -> RecordsDocument:
     """Read and validate a records file; invalid input exits non-zero naming the field."""
+    from services.record_loader import RecordsFileInvalid, parse_records_document
+
     try:
         return parse_records_document(read_document(path))
     except RecordsFileInvalid as exc:
@@ -29,6 +27,8 @@ def validate_records_file(path: Path) -> RecordsDocument:
 
 
 async def _load(dsn: str, document: RecordsDocument) -> LoadSummary:
+    from services.record_loader import load_records
+
     async with connect(dsn) as conn:
         return await load_records(conn, document)
 

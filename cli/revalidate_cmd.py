@@ -8,10 +8,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 from rich.progress import Progress, TaskID
 
@@ -26,31 +25,30 @@ from cli.database import (
 )
 from cli.database import resolve_dsn as _dsn
 from cli.errors import EXIT_REJECTED, EXIT_UNAVAILABLE, CliError, required_text
-from cli.revalidate_owner_cmd import OWNER_EPILOG, owner_command
 from cli.revalidate_views import print_result, stderr, stdout
-from db import packs as packs_q
-from protocol.revalidation import RevalidationResult, RevalidationStatus
-from protocol.revalidation_manifest import (
-    Approval,
-    ManifestRejected,
-    RevalidationManifest,
-    parse_manifest,
-)
-from services import revalidation as revalidation_activity
-from services.packs import validate_create_paths
-from services.revalidation import LockTableTooSmall, OnStep, Phase
-from services.revalidation_plan import PlanError, PlanRequest, plan
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from db import packs as packs_q
+    from protocol.revalidation import RevalidationResult, RevalidationStatus
+    from protocol.revalidation_manifest import RevalidationManifest
+    from services.revalidation import OnStep, Phase
+    from services.revalidation_plan import PlanRequest
 
 EXIT_ALREADY_APPLIED: Final = 4
 # Progress bars only where they help; small manifests finish before one would draw.
 PROGRESS_THRESHOLD: Final = 50
 
-EXIT_CODES: Final = {
-    RevalidationStatus.VALIDATED: 0,
-    RevalidationStatus.APPLIED: 0,
-    RevalidationStatus.ALREADY_APPLIED: EXIT_ALREADY_APPLIED,
-    RevalidationStatus.REJECTED: EXIT_REJECTED,
-}
+
+def exit_code(status: RevalidationStatus) -> int:
+    from protocol.revalidation import RevalidationStatus
+
+    return {
+        RevalidationStatus.VALIDATED: 0,
+        RevalidationStatus.APPLIED: 0,
+        RevalidationStatus.ALREADY_APPLIED: EXIT_ALREADY_APPLIED,
+        RevalidationStatus.REJECTED: EXIT_REJECTED,
+    }[status]
+
 
 _EPILOG: Final = (
     "Exit codes: 0 validated (would apply) or applied; 4 already applied (an exact "
@@ -69,6 +67,8 @@ ManifestFile = Annotated[
 
 def _load(path: Path) -> RevalidationManifest:
     """Invariant 1 before any connection: bad input exits 2 naming the reason."""
+    from protocol.revalidation_manifest import ManifestRejected, parse_manifest
+
     try:
         return parse_manifest(read_document(path))
     except ManifestRejected as error:
@@ -97,10 +97,13 @@ def _report(result: RevalidationResult, as_json: bool) -> None:
         echo_json(result.model_dump(mode="json"))
     else:
         print_result(result)
-    raise typer.Exit(EXIT_CODES[result.status])
+    raise typer.Exit(exit_code(result.status))
 
 
 async def _run(dsn: str, manifest: RevalidationManifest, *, write: bool) -> RevalidationResult:
+    from services import revalidation as revalidation_activity
+    from services.revalidation import LockTableTooSmall, Phase
+
     phases = (Phase.LOCKED, Phase.WRITTEN) if write else (Phase.LOCKED,)
     entry = revalidation_activity.apply if write else revalidation_activity.validate
     with _progress(len(manifest.members), phases) as on_step:
@@ -128,6 +131,8 @@ def apply_command(
 
 
 async def _plan(dsn: str, request: PlanRequest) -> RevalidationManifest:
+    from services.revalidation_plan import plan
+
     async with connect(dsn) as conn:
         return await plan(conn, request)
 
@@ -139,6 +144,11 @@ def _plan_request(
     link_keys: list[str],
     all_finalized: bool,
 ) -> PlanRequest:
+    from pydantic import ValidationError
+
+    from protocol.revalidation_manifest import Approval
+    from services.revalidation_plan import PlanRequest
+
     if bool(link_keys) == all_finalized:
         bad_input("pass either --link-key (one or more) or --all-finalized")
     try:
@@ -181,6 +191,9 @@ def plan_command(
     Read-only: review the file, then `revalidate validate`, then `revalidate apply`.
     The manifest is JSON on stdout; with `--out` and `--json`, a JSON summary is.
     """
+    from protocol.revalidation_manifest import ManifestRejected
+    from services.revalidation_plan import PlanError
+
     approval = (approved_by, approval_reference, reason)
     request = _plan_request(operation_id, approval, new_pack_install, link_key or [], all_finalized)
     if out is not None:
@@ -211,6 +224,9 @@ def plan_command(
 async def _create_path(
     dsn: str, owner: str, slots: list[str] | None, operator: str, reason: str
 ) -> tuple[list[packs_q.CreatePathBlock], list[packs_q.CreatePathBlock]]:
+    from db import packs as packs_q
+    from services.packs import validate_create_paths
+
     async with connect(dsn) as conn:
         validated = await validate_create_paths(conn, owner, slots, operator, reason)
         return validated, await packs_q.create_path_blocks(conn, owner)
@@ -261,6 +277,8 @@ def create_path_command(
 
 
 def register(app: typer.Typer) -> None:
+    from cli.revalidate_owner_cmd import OWNER_EPILOG, owner_command
+
     revalidate = typer.Typer(
         help=(
             "Bulk finalized-link revalidation: plan, validate, apply (SPEC §9); owner (all "

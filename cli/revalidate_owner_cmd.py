@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 from rich.progress import Progress
 
@@ -22,13 +21,10 @@ from cli.database import (
 from cli.database import resolve_dsn as _dsn
 from cli.errors import EXIT_REJECTED, EXIT_UNAVAILABLE, CliError, required_text
 from cli.revalidate_views import print_result, stderr, stdout
-from protocol.revalidation_manifest import (
-    Approval,
-    ManifestRejected,
-)
-from services.revalidation import LockTableTooSmall, Phase
-from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
-from services.revalidation_plan import PlanError
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from services.revalidation import Phase
+    from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult
 
 OWNER_EPILOG: Final = (
     "Exit codes: 0 applied, or nothing waited; 3 rejected (conflicts listed; the links "
@@ -37,16 +33,23 @@ OWNER_EPILOG: Final = (
     "unreachable or its lock table too small."
 )
 
-_OWNER_EXIT: Final = {
-    OwnerOutcome.APPLIED: 0,
-    OwnerOutcome.NOTHING_TO_DO: 0,
-    OwnerOutcome.REJECTED: EXIT_REJECTED,
-    OwnerOutcome.MAPPING_CHANGES: 2,
-}
+
+def _owner_exit(outcome: OwnerOutcome) -> int:
+    from services.revalidation_owner import OwnerOutcome
+
+    return {
+        OwnerOutcome.APPLIED: 0,
+        OwnerOutcome.NOTHING_TO_DO: 0,
+        OwnerOutcome.REJECTED: EXIT_REJECTED,
+        OwnerOutcome.MAPPING_CHANGES: 2,
+    }[outcome]
 
 
 async def _owner(dsn: str, request: OwnerRequest) -> OwnerResult:
     # The progress bar's total is not known before the plan: one step per link locked.
+    from services.revalidation import LockTableTooSmall
+    from services.revalidation_owner import revalidate_owner
+
     with Progress(console=stderr, transient=True) as bar:
         task = bar.add_task("revalidating links", total=None)
 
@@ -79,6 +82,8 @@ def _owner_json(result: OwnerResult) -> dict[str, object]:
 
 
 def _print_owner(result: OwnerResult) -> None:
+    from services.revalidation_owner import OwnerOutcome
+
     owner, install = escape(result.connector_owner_key), result.pack_install_id
     if result.outcome is OwnerOutcome.MAPPING_CHANGES:
         stdout.print(
@@ -141,6 +146,12 @@ def owner_command(
     link under one approval (receipts and audit entries written), and first lifts the
     suspension of links suspended for the install change alone. Progress on stderr.
     """
+    from pydantic import ValidationError
+
+    from protocol.revalidation_manifest import Approval, ManifestRejected
+    from services.revalidation_owner import OwnerRequest
+    from services.revalidation_plan import PlanError
+
     try:
         approval = Approval(
             approved_by=required_text("--approved-by", approved_by),
@@ -164,4 +175,4 @@ def owner_command(
         echo_json(_owner_json(result))
     else:
         _print_owner(result)
-    raise typer.Exit(_OWNER_EXIT[result.outcome])
+    raise typer.Exit(_owner_exit(result.outcome))

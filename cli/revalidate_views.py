@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from protocol.revalidation import RevalidationResult, RevalidationStatus
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from protocol.revalidation import RevalidationResult
 
 stdout = Console(highlight=False)
 stderr = Console(stderr=True)
@@ -17,6 +20,8 @@ def _short(value: str | None) -> str:
 
 
 def print_result(result: RevalidationResult) -> None:
+    from protocol.revalidation import RevalidationStatus
+
     if result.conflicts:
         table = Table(title="conflicts (nothing written)", title_justify="left")
         for column in ("link key", "reason", "detail"):
@@ -46,6 +51,8 @@ def print_result(result: RevalidationResult) -> None:
 
 
 def _status_line(result: RevalidationResult) -> str:
+    from protocol.revalidation import RevalidationStatus
+
     op, n = escape(result.operation_id), len(result.receipts)
     match result.status:
         case RevalidationStatus.VALIDATED:

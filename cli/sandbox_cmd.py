@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
 
 from cli.database import bad_input, read_document
-from cli.stack.devconfig import load_dev_config
-from sandbox.config import RateLimitConfig, SandboxConfig
-from sandbox.server import run_sandbox
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from pydantic import ValidationError
+
+    from sandbox.config import RateLimitConfig, SandboxConfig
 
 
 def load_sandbox_config(
@@ -23,6 +24,10 @@ def load_sandbox_config(
     An unreadable file exits 2 (`read_document`); a config or flag that breaks its rule
     raises ValueError with one line naming the file or flag.
     """
+    from pydantic import ValidationError
+
+    from sandbox.config import SandboxConfig
+
     raw = read_document(config_file) if config_file is not None else None
     if raw is not None and not isinstance(raw, Mapping):
         raise ValueError(f"{config_file}: a sandbox config is a mapping of SandboxConfig fields")
@@ -44,6 +49,10 @@ def _first_problem(error: ValidationError) -> str:
 
 def parse_rate_limit(text: str) -> RateLimitConfig:
     """`REQUESTS/SECONDS`, e.g. `100/10` for HubSpot's ten-second burst window."""
+    from pydantic import ValidationError
+
+    from sandbox.config import RateLimitConfig
+
     requests, slash, seconds = text.partition("/")
     wrong = f"--rate-limit {text!r}: expected REQUESTS/SECONDS, e.g. 100/10"
     if not slash:
@@ -78,6 +87,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Serve the sandbox remote; see /_sandbox/ledger for the create ledger."""
+        from cli.stack.devconfig import load_dev_config
+        from sandbox.server import run_sandbox
+
         try:
             sandbox_config = load_sandbox_config(config, persist, rate_limit)
         except ValueError as exc:

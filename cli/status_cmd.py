@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
-import httpx
 import typer
 from rich.console import Console, Group
 from rich.live import Live
@@ -21,8 +20,9 @@ from rich.table import Table
 
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
 from cli.database import resolve_dsn as _dsn
-from protocol.status import RATE_WINDOW_SECONDS, StatusSnapshot
-from services.status import read_status
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from protocol.status import StatusSnapshot
 
 _stdout = Console(highlight=False)
 _UNAVAILABLE: Final = re.compile(r"^connector_push_ingress_unavailable_total\{[^}]*\} (\d+)$", re.M)
@@ -31,6 +31,8 @@ INGRESS_TIMEOUT_S: Final = 2.0
 
 async def _ingress_503s(url: str | None) -> int | None:
     """The 503s one ingress process counted since it started; None when not asked or down."""
+    import httpx
+
     if url is None:
         return None
     try:
@@ -43,6 +45,8 @@ async def _ingress_503s(url: str | None) -> int | None:
 
 def _check_ingress_url(url: str) -> None:
     """Exit 2 before anything runs when `--ingress-url` cannot be requested at all."""
+    import httpx
+
     try:
         parsed = httpx.URL(url)
         usable = parsed.scheme in {"http", "https"} and bool(parsed.host)
@@ -54,6 +58,8 @@ def _check_ingress_url(url: str) -> None:
 
 
 async def _snapshot(dsn: str, ingress_url: str | None) -> StatusSnapshot:
+    from services.status import read_status
+
     async with connect(dsn) as conn:
         snapshot = await read_status(conn, datetime.now(UTC))
     return snapshot.model_copy(
@@ -73,6 +79,8 @@ def _counts(title: str, counts: dict[str, int], empty: str) -> Table:
 
 
 def _activity(s: StatusSnapshot) -> Table:
+    from protocol.status import RATE_WINDOW_SECONDS
+
     window = RATE_WINDOW_SECONDS // 60
     table = Table(title=f"activity (per minute, last {window} min)", title_justify="left",
                   show_header=False, min_width=34)  # fmt: skip

@@ -8,17 +8,19 @@ import typer
 from rich.markup import escape
 
 from cli.database import postgres_error
-from cli.entry import temporal_error
 from cli.errors import EXIT_UNAVAILABLE, CliError, fail, load_settings
-from worker.main import DependencyUnavailable, Misconfigured, run_worker
-from worker.runtime import MissingSearchAttributes
-from worker.settings import RuntimeSettings
 
 
 def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker_command() -> None:
         """Run the worker (needs DATABASE_URL and TEMPORAL_ADDRESS; `make dev` sets both)."""
+        # Here, not at the top: the CLI starts without the worker's imports (issue 31).
+        from cli.entry import temporal_error
+        from worker.main import DependencyUnavailable, Misconfigured, run_worker
+        from worker.runtime import MissingSearchAttributes
+        from worker.settings import RuntimeSettings
+
         settings = load_settings(RuntimeSettings)
         try:
             asyncio.run(run_worker(settings))

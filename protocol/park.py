@@ -9,7 +9,6 @@ search attribute, the workflow's details in the UI and `links find` /
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Final
 
 from pydantic import BaseModel
@@ -26,19 +25,8 @@ from protocol.messages import (
     SupersedeInput,
 )
 from protocol.operator import OperatorAction
+from protocol.park_reason import ParkReason as ParkReason
 from protocol.states import AttemptStatus, LinkStatus
-
-
-class ParkReason(StrEnum):
-    """The `ParkReason` keyword: one closed set an operator filters on."""
-
-    AMBIGUOUS_REMOTE_EFFECT = "ambiguous_remote_effect"
-    TERMINAL_FAILED = "terminal_failed"
-    DRIFT = "drift"
-    REMOTE_DELETED = "remote_deleted"
-    REMOTE_CONFLICT = "remote_conflict"
-    STALE_REMOTE_LOCATOR = "stale_remote_locator"
-    PATCH_OUTCOME_UNKNOWN = "patch_outcome_unknown"
 
 
 def park_reason(view: LinkView) -> ParkReason | None:

@@ -13,6 +13,9 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from protocol.retention_defaults import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE
+from protocol.retention_defaults import DEFAULT_KEEP_PATCHES as DEFAULT_KEEP_PATCHES
+
 _AGE: Final = re.compile(r"([1-9][0-9]{0,5})([smhdw])")
 _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -40,11 +43,6 @@ def parse_age(text: str) -> timedelta:
     if age > MAX_AGE:
         raise AgeTooLong(f"{text!r} is longer than {MAX_AGE.days}d (100 years)")
     return age
-
-
-# PATCH rows kept per link beyond the age cut (the newest ones, finished or not).
-DEFAULT_KEEP_PATCHES: Final = 20
-DEFAULT_BATCH_SIZE: Final = 1000
 
 
 class PruneInput(BaseModel):

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,6 +33,8 @@ from db.records import Conn
 from protocol.active import ActiveMetadata, resolve_active
 from protocol.audit import AuditCommand, AuditEntry
 from protocol.backfill import Totals, decide_batch, lookups, totals
+from protocol.backfill_defaults import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE
+from protocol.backfill_defaults import DEFAULT_OPERATOR as DEFAULT_OPERATOR
 from protocol.backfill_evidence import claims, contested
 from protocol.backfill_facts import (
     BackfillSlot,
@@ -50,9 +52,6 @@ from protocol.manifest import PackManifest, parse_manifest
 from protocol.states import LinkStatus
 from services.packs import ActivePack, get_active_pack
 from services.patch import validated_values
-
-DEFAULT_BATCH_SIZE: Final = 500
-DEFAULT_OPERATOR: Final = "backfill"
 
 
 class BackfillUnavailable(Exception):

@@ -8,10 +8,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-SearchAttributeType = Literal["Keyword", "Text", "Int", "Double", "Bool", "Datetime", "KeywordList"]
+from cli.stack.paths import DEFAULT_PATH as DEFAULT_PATH
+from cli.stack.paths import REPO_ROOT as REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PATH = REPO_ROOT / "temporal-dev.yaml"
+SearchAttributeType = Literal["Keyword", "Text", "Int", "Double", "Bool", "Datetime", "KeywordList"]
 
 
 class _Strict(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Final
@@ -55,6 +56,19 @@ class StackInfo:
             f"Postgres {mask_dsn(self.database_url)}, Temporal {self.temporal_address}{ui}, "
             f"sandbox {self.sandbox_url}, ingress {self.ingress_url}"
         )
+
+    def exports(self) -> list[str]:
+        """`dev env`'s lines for `eval`: the DSN whole (the shell needs it)."""
+        values = {
+            "DATABASE_URL": self.database_url,
+            "TEMPORAL_ADDRESS": self.temporal_address,
+            "TEMPORAL_NAMESPACE": self.temporal_namespace,
+            "SANDBOX_URL": self.sandbox_url,
+            "INGRESS_URL": self.ingress_url,
+        }
+        if self.ui_url:
+            values["TEMPORAL_UI_URL"] = self.ui_url
+        return [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
 
 
 class StackRunning(StackError):
