@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Final, TextIO
 
 from protocol.states import AttemptStatus
@@ -22,6 +23,12 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
     import asyncpg
 
 PARKED: Final = (AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, AttemptStatus.TERMINAL_FAILED)
+IN_FLIGHT: Final = (
+    AttemptStatus.PENDING,
+    AttemptStatus.PROCESSING,
+    AttemptStatus.POST_SENT,
+    AttemptStatus.WRITEBACK_PENDING,
+)
 
 # How often a plain progress line is written when stderr is not a terminal (`--progress-every`).
 PROGRESS_INTERVAL_S: Final = 5.0
@@ -32,7 +39,9 @@ class Tally:
     """What this run did so far; read by the progress line and the summary."""
 
     started: float = field(default_factory=time.monotonic)
-    admitted_keys: list[str] = field(default_factory=list)
+    # The server's clock when the run began: its attempts are the slot's created since.
+    since: datetime | None = None
+    admitted: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     skipped_linked: int = 0
     skipped_active: int = 0
@@ -41,10 +50,6 @@ class Tally:
     wake_deferred: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
-
-    @property
-    def admitted(self) -> int:
-        return len(self.admitted_keys)
 
     @property
     def elapsed_s(self) -> float:
@@ -59,7 +64,13 @@ class Tally:
 
     @property
     def settled(self) -> bool:
-        return self.count(AttemptStatus.FINALIZED, *PARKED) >= self.admitted
+        """Every attempt of the slot since the run began is out of flight (none is pending,
+        processing or writing back), and as many settled as this run admitted."""
+        if self.count(*IN_FLIGHT):
+            return False
+        return (
+            self.count(AttemptStatus.FINALIZED, AttemptStatus.SUPERSEDED, *PARKED) >= self.admitted
+        )
 
     @property
     def considered(self) -> int:

@@ -6,6 +6,7 @@ Each function runs one statement; the caller owns the transaction (STYLE rule 7)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from db.records import Conn
 
@@ -59,13 +60,27 @@ async def occupied_keys(conn: Conn, keys: Sequence[str], released: Sequence[str]
     return {r["link_key"] for r in rows}
 
 
-async def latest_attempt_statuses(conn: Conn, keys: Sequence[str]) -> dict[str, int]:
-    """How many of these keys' newest attempts are in each status."""
+async def database_now(conn: Conn) -> datetime:
+    """The server's clock: a push counts the attempts created from this instant on."""
+    now = await conn.fetchval("SELECT clock_timestamp()")
+    assert isinstance(now, datetime)
+    return now
+
+
+async def slot_attempt_statuses(
+    conn: Conn, owner_key: str, action_slot: str, since: datetime
+) -> dict[str, int]:
+    """How many of a slot's attempts created since `since` are in each status: a push's
+    progress as counts, never a list of its keys (memory bounded at any size, issue 34).
+
+    Read by the (created_at, attempt_id) index of 0120; another save's attempt of the same
+    slot in that window is counted too (it only makes `--wait` wait for it as well)."""
     rows = await conn.fetch(
-        "SELECT status, count(*) AS n FROM ("
-        "  SELECT DISTINCT ON (link_key) status FROM connector_push_attempt"
-        "  WHERE link_key = ANY($1::text[]) ORDER BY link_key, attempt_ordinal DESC"
-        ") latest GROUP BY status",
-        list(keys),
+        "SELECT status, count(*) AS n FROM connector_push_attempt "
+        "WHERE created_at >= $3 AND connector_owner_key = $1 AND action_slot_id = $2 "
+        "GROUP BY status",
+        owner_key,
+        action_slot,
+        since,
     )
     return {r["status"]: r["n"] for r in rows}

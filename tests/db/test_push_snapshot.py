@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from cli import push_cmd
+from cli import push_run
+from cli.push_progress import Tally
 from protocol.states import ATTEMPT_INITIAL, ATTEMPT_TRANSITIONS, AttemptStatus
 from tests.db.rows import insert_attempt, insert_link, insert_pack_install, path_to, set_status
 
-TARGET = push_cmd.Target("owner-1", "action-1", "dest-1", "Contact", "alice")
+TARGET = push_run.Target("owner-1", "action-1", "dest-1", "Contact", "alice")
 
 
 async def test_a_create_finalizing_between_the_reads_is_still_skipped(
@@ -22,7 +23,7 @@ async def test_a_create_finalizing_between_the_reads_is_still_skipped(
     async with db_pool.acquire() as conn:
         install = await insert_pack_install(conn)
         attempt = await insert_attempt(conn, install, link_key=key)
-    real_linked_keys = push_cmd.q.linked_keys
+    real_linked_keys = push_run.q.linked_keys
     finalized = False
 
     async def linked_then_the_create_finalizes(
@@ -37,9 +38,9 @@ async def test_a_create_finalizing_between_the_reads_is_still_skipped(
         finalized = True
         return linked
 
-    monkeypatch.setattr(push_cmd.q, "linked_keys", linked_then_the_create_finalizes)
-    tally = push_cmd.Tally()
-    todo = await push_cmd.unclaimed(db_pool, TARGET, ["c-001"], tally)
+    monkeypatch.setattr(push_run.q, "linked_keys", linked_then_the_create_finalizes)
+    tally = Tally()
+    todo = await push_run.unclaimed(db_pool, TARGET, ["c-001"], tally)
 
     assert finalized
     assert todo == []

@@ -173,7 +173,12 @@ async def test_sigint_mid_run_leaves_every_admitted_save_standing(
     stack.touched.update(contact_key(r) for r in [*ids, *CONTACTS])
     env = {**os.environ, **_env(stack, temporal_server, db_dsn)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli", *_args("--all", "--concurrency", "1", "--no-wait", "--json")],
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            *_args("--all", "--concurrency", "1", "--page-size", "10", "--no-wait", "--json"),
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -9,7 +9,7 @@ from cli.push_progress import ProgressLines, Scope, Tally, duration, progress_li
 
 
 def _tally(admitted: int, finalized: int, parked: int = 0) -> Tally:
-    tally = Tally(admitted_keys=[f"k{i}" for i in range(admitted)])
+    tally = Tally(admitted=admitted)
     tally.statuses = {"finalized": finalized, "terminal_failed": parked}
     tally.skipped_linked = 50
     tally.rejected["required_field_missing"] = 3

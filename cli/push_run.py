@@ -1,0 +1,180 @@
+"""The paged engine of `connector-push push` (SPEC API-3; issue 34 item 2): an initial
+sync of any size in memory bounded by one page.
+
+Records are read by keyset over the `crm_record` primary key (source_object,
+record_id), `page_size` at a time. Each page is narrowed to the records neither linked
+nor holding an attempt (one snapshot), admitted set-wise in one transaction (the HTTP
+batch's admission: every key lock in one statement, in key order), and then its
+workflows are woken, `concurrency` at a time. What the run keeps is counts, never a
+list of its records or keys; its progress is read back as counts of the slot's attempts
+created since the run began.
+
+Resuming needs no cursor of its own: a second run pages from the start and skips, page
+by page and set-wise, every record already linked or held (three indexed reads per
+page, no admission), so records added anywhere since the first run are considered
+too, and a crash between an admission's commit and any cursor write cannot lose or
+repeat a page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Final
+
+import asyncpg
+from temporalio.client import Client
+
+from cli.database import bad_input
+from cli.push_cmd import PAGE_SIZE
+from cli.push_progress import Tally
+from db import push as q
+from protocol.admission import AdmissionDecision, ObservedActiveAttempt, Rejected, SaveRequest
+from protocol.identity import link_key
+from protocol.states import ATTEMPT_RELEASED
+from services import push_admission
+from services.packs import get_active_pack
+from services.save_entry import WakeStatus, wake_best_effort
+
+_RELEASED: Final = [s.value for s in ATTEMPT_RELEASED]
+
+
+@dataclass(frozen=True)
+class Target:
+    owner_key: str
+    action_slot: str
+    destination_slot: str
+    source_object: str
+    user: str | None
+
+    def key(self, record_id: str) -> str:
+        return link_key(
+            self.owner_key, self.action_slot, self.source_object, record_id, self.destination_slot
+        )
+
+    def save(self, record_id: str) -> SaveRequest:
+        return SaveRequest(
+            connector_owner_key=self.owner_key,
+            action_slot_id=self.action_slot,
+            destination_slot_id=self.destination_slot,
+            source_object=self.source_object,
+            source_record_id=record_id,
+            originating_user_id=self.user,
+        )
+
+
+async def resolve_target(
+    pool: asyncpg.Pool, owner_key: str, action_slot: str, user: str | None
+) -> Target:
+    async with pool.acquire() as conn:
+        pack = await get_active_pack(conn, owner_key)
+    slot = (
+        next((s for s in pack.manifest.action_slots if s.id == action_slot), None) if pack else None
+    )
+    if slot is None:
+        bad_input(f"owner key {owner_key!r} has no active pack with action slot {action_slot!r}")
+    return Target(owner_key, action_slot, slot.destination_slot, slot.source_object, user)
+
+
+@dataclass(frozen=True)
+class Run:
+    pool: asyncpg.Pool
+    client: Client | None
+    task_queue: str
+    target: Target
+    concurrency: int
+    page_size: int = PAGE_SIZE
+
+
+async def pages(run: Run, record_ids: list[str], tally: Tally) -> AsyncIterator[list[str]]:
+    """Record ids to consider, a page at a time (the named ones, or all of the object)."""
+    if record_ids:
+        async with run.pool.acquire() as conn:
+            live = await q.live_record_ids(conn, run.target.source_object, record_ids)
+        tally.not_found = [r for r in record_ids if r not in live]
+        named = [r for r in dict.fromkeys(record_ids) if r in live]
+        for start in range(0, len(named), run.page_size):
+            yield named[start : start + run.page_size]
+        return
+    after = ""
+    while True:
+        async with run.pool.acquire() as conn:
+            page = await q.record_ids_after(conn, run.target.source_object, after, run.page_size)
+        if not page:
+            return
+        yield page
+        after = page[-1]
+
+
+async def unclaimed(pool: asyncpg.Pool, target: Target, page: list[str], tally: Tally) -> list[str]:
+    """The page without records already linked or with an attempt holding the slot.
+
+    Both reads share one snapshot: a create that finalizes between two separate reads
+    (not linked yet, then its attempt already released) would look unclaimed and be
+    counted as a new admission (seen under a loaded test run).
+    """
+    keys = {r: target.key(r) for r in page}
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        linked = await q.linked_keys(conn, list(keys.values()))
+        occupied = await q.occupied_keys(conn, list(keys.values()), _RELEASED)
+    tally.skipped_linked += sum(k in linked for k in keys.values())
+    tally.skipped_active += sum(k in occupied and k not in linked for k in keys.values())
+    return [r for r, k in keys.items() if k not in linked and k not in occupied]
+
+
+def _count(tally: Tally, decision: AdmissionDecision) -> None:
+    if isinstance(decision, Rejected):
+        tally.rejected[decision.reason.value] += 1
+    elif isinstance(decision, ObservedActiveAttempt):
+        tally.observed_active += 1
+    else:
+        tally.admitted += 1
+
+
+async def admit_page(run: Run, record_ids: list[str], tally: Tally) -> None:
+    """Admit a page in one transaction, then wake its workflows (best effort, API-2). A
+    cancellation before the commit admits none of the page; after it, every admission
+    stands and a wake-up cut short is the relay's."""
+    saves = [run.target.save(r) for r in record_ids]
+    decisions = await push_admission.admit_set(run.pool, saves)
+    for decision in decisions:
+        _count(tally, decision)
+    gate = asyncio.Semaphore(run.concurrency)
+
+    async def wake(save: SaveRequest, decision: AdmissionDecision) -> None:
+        async with gate:
+            status = await wake_best_effort(
+                run.client, run.task_queue, decision, pool=run.pool, save=save
+            )
+        if status is WakeStatus.DEFERRED:
+            tally.wake_deferred += 1
+
+    await asyncio.gather(*(wake(s, d) for s, d in zip(saves, decisions, strict=True)))
+
+
+async def admit_all(run: Run, record_ids: list[str], limit: int | None, tally: Tally) -> None:
+    budget = limit
+    async for page in pages(run, record_ids, tally):
+        todo = await unclaimed(run.pool, run.target, page, tally)
+        if budget is not None:
+            todo, budget = todo[:budget], budget - len(todo[:budget])
+        if todo:
+            await admit_page(run, todo, tally)
+        if budget == 0:
+            return
+
+
+async def start_watching(pool: asyncpg.Pool, tally: Tally) -> None:
+    """Mark the run's start on the server's clock: its attempts are those created after."""
+    async with pool.acquire() as conn:
+        tally.since = await q.database_now(conn)
+
+
+async def watch(pool: asyncpg.Pool, target: Target, tally: Tally) -> None:
+    """Keep `tally.statuses` current: counts of the slot's attempts since the run began."""
+    assert tally.since is not None, "start_watching first"
+    async with pool.acquire() as conn:
+        tally.statuses = await q.slot_attempt_statuses(
+            conn, target.owner_key, target.action_slot, tally.since
+        )

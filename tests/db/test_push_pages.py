@@ -1,0 +1,126 @@
+"""`connector-push push --all` in pages (issue 34 item 2, SPEC API-3): every read and
+every admission of a run handles at most one page of records, each record is admitted
+exactly once across pages, and a run cut short mid-way is finished by the next, which
+admits exactly the rest.
+
+Each query function the run calls is wrapped (the real one still runs) to record how
+many records it was asked about and how many rows it returned: the memory bound is that
+no round trip carries more than the page, and the run keeps counts, not its records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import asyncpg
+import pytest
+
+from cli.push_progress import Tally
+from cli.push_run import Run, Target, admit_all, start_watching, watch
+from db import push as push_q
+from services import push_admission
+from services.packs import apply_pack
+from tests.db.batch_admission_support import OWNER, pack
+from tests.db.push_support import load_bulk_contacts
+
+N = 230
+PAGE = 50
+TARGET = Target(OWNER, "push-contact", "remote-contacts", "Contact", "alice")
+
+
+class Sizes:
+    """Per wrapped function: the size of each call's input list and of its result."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.asked: dict[str, list[int]] = {}
+        self.returned: dict[str, list[int]] = {}
+        for name in ("record_ids_after", "linked_keys", "occupied_keys"):
+            monkeypatch.setattr(push_q, name, self.wrap(name, getattr(push_q, name)))
+        monkeypatch.setattr(
+            push_admission, "admit_set", self.wrap("admit_set", push_admission.admit_set)
+        )
+
+    def wrap(self, name: str, real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def counted(*args: Any) -> Any:
+            self.asked.setdefault(name, []).extend(len(a) for a in args[1:] if isinstance(a, list))
+            result = await real(*args)
+            self.returned.setdefault(name, []).append(len(result))
+            return result
+
+        return counted
+
+    def largest(self) -> int:
+        return max(n for sizes in [*self.asked.values(), *self.returned.values()] for n in sizes)
+
+
+async def _seed(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        await apply_pack(conn, pack())
+        await load_bulk_contacts(conn, N)
+
+
+async def _attempts(pool: asyncpg.Pool) -> tuple[int, int]:
+    row = await pool.fetchrow(
+        "SELECT count(*) AS n, count(DISTINCT link_key) AS keys FROM connector_push_attempt"
+    )
+    assert row is not None
+    return row["n"], row["keys"]
+
+
+def _run(pool: asyncpg.Pool) -> Run:
+    # No Temporal client: every wake-up is deferred to the relay, as with Temporal down.
+    return Run(pool, None, "unused", TARGET, concurrency=4, page_size=PAGE)
+
+
+async def test_each_record_is_admitted_once_and_no_round_trip_exceeds_the_page(
+    db_pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _seed(db_pool)
+    sizes = Sizes(monkeypatch)
+    tally = Tally()
+    await start_watching(db_pool, tally)
+    await admit_all(_run(db_pool), [], None, tally)
+
+    assert (tally.admitted, tally.wake_deferred) == (N, N)
+    assert await _attempts(db_pool) == (N, N)
+    assert sizes.returned["record_ids_after"] == [50, 50, 50, 50, 30, 0]
+    assert sizes.asked["admit_set"] == sizes.returned["admit_set"] == [50] * 4 + [30]
+    assert sizes.largest() == PAGE
+    await watch(db_pool, TARGET, tally)
+    assert tally.statuses == {"pending": N} and not tally.settled
+
+    again, sizes = Tally(), Sizes(monkeypatch)
+    await admit_all(_run(db_pool), [], None, again)
+    assert (again.admitted, again.skipped_active, again.considered) == (0, N, N)
+    assert "admit_set" not in sizes.returned and sizes.largest() == PAGE
+    assert await _attempts(db_pool) == (N, N)
+
+
+async def test_a_run_that_crashes_mid_way_is_finished_by_the_next_admitting_only_the_rest(
+    db_pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _seed(db_pool)
+    real = push_admission.admit_set
+    pages_done = 0
+
+    async def crashes_on_the_third_page(pool: asyncpg.Pool, saves: Sequence[Any]) -> Any:
+        nonlocal pages_done
+        if pages_done == 2:
+            raise RuntimeError("the process dies here")
+        pages_done += 1
+        return await real(pool, saves)
+
+    monkeypatch.setattr(push_admission, "admit_set", crashes_on_the_third_page)
+    first = Tally()
+    with pytest.raises(RuntimeError):
+        await admit_all(_run(db_pool), [], None, first)
+    assert first.admitted == 2 * PAGE and await _attempts(db_pool) == (2 * PAGE, 2 * PAGE)
+
+    monkeypatch.setattr(push_admission, "admit_set", real)
+    sizes = Sizes(monkeypatch)
+    rest = Tally()
+    await admit_all(_run(db_pool), [], None, rest)
+    assert (rest.admitted, rest.skipped_active) == (N - 2 * PAGE, 2 * PAGE)
+    assert await _attempts(db_pool) == (N, N)  # every record once, none twice
+    assert sizes.largest() == PAGE
