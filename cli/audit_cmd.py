@@ -3,7 +3,6 @@ a time by cursor (`cli.paging`, issue 34 item 4)."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Final
 
@@ -105,6 +104,8 @@ def audit_command(
 ) -> None:
     """Every operator action: who, when, why, the command, the state before and after;
     a page at a time, newest first (stderr names the next page)."""
+    import asyncio
+
     before = paging.int_cursor(after, "audit")
     found = asyncio.run(_entries(_dsn(database_url), link_key, _since(since), limit, before))
     records = found[:limit]

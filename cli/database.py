@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import stat
@@ -97,6 +96,8 @@ def postgres_error(
 
 async def connect_postgres(dsn: str) -> asyncpg.Connection:
     """`asyncpg.connect`, bounded in time; any failure is a `CliError` (exit 5)."""
+    import asyncio
+
     import asyncpg
 
     from db.pool import CONNECT_ERRORS

@@ -11,7 +11,6 @@ this run started, and nothing else.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -35,6 +34,8 @@ from cli.stack.process import StackError
 from cli.stack.supervisor import Supervisor
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    import asyncio
+
     import httpx
 
     from cli.stack.devconfig import DevConfig
@@ -200,6 +201,8 @@ class DevStack:
 
     async def _wait_children_ready(self, timeout_s: float = 60.0) -> None:
         """The stack is up only when every service answers (not when it was spawned)."""
+        import asyncio
+
         import httpx
 
         sandbox, ingress = self.config.sandbox, self.config.ingress
@@ -286,6 +289,8 @@ def _print_endpoints(endpoints: Endpoints, config: DevConfig) -> None:
 
 def _stop_on_signals() -> asyncio.Event:
     """Ctrl-C / SIGTERM set the returned event (instead of raising KeyboardInterrupt)."""
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -295,6 +300,8 @@ def _stop_on_signals() -> asyncio.Event:
 
 async def _watch(stack: DevStack, stop: asyncio.Event, on_restart: Callable[[], None]) -> None:
     """Tend the children until Ctrl-C; a child failing at start raises `StackError`."""
+    import asyncio
+
     while not stop.is_set():
         lines = stack.children.tend(time.monotonic())
         for line in lines:
@@ -359,6 +366,8 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Run the local stack: Postgres, Temporal + UI, worker, ingress, sandbox, demo pack."""
+        import asyncio
+
         from cli.stack.devconfig import load_dev_config
 
         if ctx.invoked_subcommand is not None:

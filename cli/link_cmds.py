@@ -3,7 +3,6 @@ Lists page by keyset cursor (`cli.paging`, issue 34 item 4)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
@@ -119,6 +118,8 @@ def _list(
     as_json: bool,
 ) -> None:
     """One page, newest first; a line on stderr names the next page when there is one."""
+    import asyncio
+
     dsn = resolve_dsn(database_url)
     title = f"{command[0]} (newest first)"
     page = _page(dsn, lambda c: _as_dicts(rows(c)), limit, as_json, title)
@@ -229,6 +230,8 @@ def register(app: typer.Typer) -> None:
         attempt_id: str, database_url: DatabaseUrl = None, as_json: AsJson = False
     ) -> None:
         """One attempt row in full and its send journal (every try, JRN-1)."""
+        import asyncio
+
         found = asyncio.run(_attempt_and_journal(resolve_dsn(database_url), attempt_id))
         if found is None:
             fail(escape(f"no attempt {attempt_id!r}"), code=2)

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import AsyncGenerator, Callable, Coroutine
@@ -47,6 +46,8 @@ T = TypeVar("T")
 
 
 def _run(dsn: str, query: Callable[[asyncpg.Connection], Coroutine[Any, Any, T]]) -> T:
+    import asyncio
+
     async def run() -> T:
         async with connect(dsn) as conn:
             return await query(conn)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Annotated
 
@@ -39,6 +38,8 @@ def migrate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Apply pending migrations in order; an edited applied migration is an error."""
+    import asyncio
+
     from db.migrate import MigrationError, discover_migrations
 
     dsn = resolve_dsn(database_url)

@@ -13,7 +13,6 @@ applying twice.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -94,6 +93,8 @@ async def check_key_has_rows(dsn: str, link_key: str) -> LinkFacts | None:
 
 async def _loaded_view(handle: WorkflowHandle[Any, Any]) -> LinkView:
     """The workflow's view once it has read Postgres (or whatever it shows at the deadline)."""
+    import asyncio
+
     from workflows.link import LinkWorkflow
 
     deadline = time.monotonic() + LOAD_TIMEOUT_S

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -119,6 +118,8 @@ _REINSTALL_CONSEQUENCE = (
 
 async def _set_rate_limits(rates: dict[str, float], settings: RuntimeSettings) -> str:
     """Set the remote rate limits (PROF-3) on the task queue; a note on what happened."""
+    import asyncio
+
     from cli.entry import cli_runtime
     from services.rate_limit import ensure_fairness_limit
     from worker.client import connect_temporal
@@ -202,6 +203,8 @@ def apply_command(
     ] = "",
 ) -> None:
     """Validate a manifest and make it the active install for its ConnectorOwnerKey."""
+    import asyncio
+
     from cli.entry import run_closing_temporal
     from worker.settings import RuntimeSettings
 
@@ -325,6 +328,8 @@ def show_command(
     owner_key: OwnerKey = None, database_url: DatabaseUrl = None, as_json: AsJson = False
 ) -> None:
     """Show the active pack of one ConnectorOwnerKey: slots, profiles and lineage."""
+    import asyncio
+
     pack = asyncio.run(_show(_dsn(database_url), owner_key))
     if as_json:
         echo_json(_show_json(pack))
@@ -359,6 +364,8 @@ def list_command(
     as_json: AsJson = False,
 ) -> None:
     """List every pack install incarnation, oldest first, marking the active one."""
+    import asyncio
+
     rows = asyncio.run(_list(_dsn(database_url), owner_key))
     if as_json:
         echo_json([_list_json(row) for row in rows])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -66,6 +65,8 @@ def prune_command(
     as_json: AsJson = False,
 ) -> None:
     """Delete finished ingress receipts, events, action executions and old PATCH rows."""
+    import asyncio
+
     from protocol.retention import AgeInvalid, PruneInput, parse_age
 
     try:

@@ -10,7 +10,6 @@ dispatches any whose wake-up was cut short).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
@@ -67,6 +66,8 @@ async def push(
     tally: Tally,
     display: Display,
 ) -> None:
+    import asyncio
+
     from cli.entry import admission_pool, connect_best_effort, runtime_settings
     from cli.push_progress import ProgressLines, progress_line, scope_of
     from cli.push_run import Run, admit_all, resolve_target, start_watching, watch

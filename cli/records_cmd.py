@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -42,6 +41,8 @@ def load_command(
 ) -> None:
     """Load records (fields merged, version bumped only on change) and grants (each
     entry replaces one user's access to one object), all in one transaction."""
+    import asyncio
+
     document = validate_records_file(file)
     summary = asyncio.run(_load(_dsn(database_url), document))
     if as_json:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -118,6 +117,8 @@ def validate_command(
     manifest_file: ManifestFile, database_url: DatabaseUrl = None, as_json: AsJson = False
 ) -> None:
     """Dry run: take the apply's locks, run its checks, show projected receipts, write nothing."""
+    import asyncio
+
     manifest = _load(manifest_file)
     _report(asyncio.run(_run(_dsn(database_url), manifest, write=False)), as_json)
 
@@ -126,6 +127,8 @@ def apply_command(
     manifest_file: ManifestFile, database_url: DatabaseUrl = None, as_json: AsJson = False
 ) -> None:
     """Move every member's fingerprints and write its receipt, all in one transaction."""
+    import asyncio
+
     manifest = _load(manifest_file)
     _report(asyncio.run(_run(_dsn(database_url), manifest, write=True)), as_json)
 
@@ -191,6 +194,8 @@ def plan_command(
     Read-only: review the file, then `revalidate validate`, then `revalidate apply`.
     The manifest is JSON on stdout; with `--out` and `--json`, a JSON summary is.
     """
+    import asyncio
+
     from protocol.revalidation_manifest import ManifestRejected
     from services.revalidation_plan import PlanError
 
@@ -251,6 +256,8 @@ def create_path_command(
     slot (rejected `create_path_unvalidated`) until this command validates it; finalized
     links are not affected. One audit entry per slot.
     """
+    import asyncio
+
     required_text("--operator", operator)
     required_text("--reason", reason)
     validated, still = asyncio.run(

@@ -3,7 +3,6 @@ install, in one command, after a pack install change (C-4)."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Final
 
@@ -146,6 +145,8 @@ def owner_command(
     link under one approval (receipts and audit entries written), and first lifts the
     suspension of links suspended for the install change alone. Progress on stderr.
     """
+    import asyncio
+
     from pydantic import ValidationError
 
     from protocol.revalidation_manifest import Approval, ManifestRejected

@@ -7,7 +7,6 @@ come from its own `/metrics` when `--ingress-url` names it.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Final
@@ -119,6 +118,8 @@ def render(s: StatusSnapshot) -> Group:
 
 
 async def _watch(dsn: str, ingress_url: str | None, every: float) -> None:
+    import asyncio
+
     with Live(render(await _snapshot(dsn, ingress_url)), console=_stdout) as live:
         while True:
             await asyncio.sleep(every)  # the refresh interval itself, not a synchronisation
@@ -138,6 +139,8 @@ def status_command(
     as_json: AsJson = False,
 ) -> None:
     """Links by state, parked work, suspensions, queue depth and rates, from Postgres."""
+    import asyncio
+
     if watch and as_json:
         bad_input("--watch redraws a terminal view; for data, run `status --json` repeatedly")
     if ingress_url is not None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import typer
 from rich.markup import escape
 
@@ -15,6 +13,8 @@ def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker_command() -> None:
         """Run the worker (needs DATABASE_URL and TEMPORAL_ADDRESS; `make dev` sets both)."""
+        import asyncio
+
         # Here, not at the top: the CLI starts without the worker's imports (issue 31).
         from cli.entry import temporal_error
         from worker.main import DependencyUnavailable, Misconfigured, run_worker
