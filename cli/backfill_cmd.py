@@ -1,9 +1,15 @@
-"""`connector-push backfill plan|apply`: adopt legacy links from mirror fields (SPEC MIG-1)."""
+"""`connector-push backfill plan|apply`: adopt legacy links from mirror fields (SPEC MIG-1).
+
+Both stream (issue 34 item 3): records are read in keyset pages and each page's
+decisions are printed as soon as they are made (a table per page, or with `--json` one
+JSON object per record and a last line with the totals), so memory holds one page at
+any number of records. Progress goes to stderr (`cli.backfill_progress`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Final
 
@@ -11,21 +17,22 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, resolve_dsn
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, resolve_dsn
 from cli.errors import EXIT_REJECTED, fail, required_text
 from protocol.backfill_defaults import DEFAULT_BATCH_SIZE, DEFAULT_OPERATOR
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+    from cli.backfill_progress import BackfillProgress
     from db.records import Conn
     from protocol.backfill_facts import RecordDecision
-    from services.backfill import BackfillReport
+    from services.backfill import BackfillRun, BackfillSummary, PageSink
 
-# Runs looking at more records than this show a progress bar (on stderr).
-PROGRESS_THRESHOLD: Final = 100
 KEY_PREFIX: Final = 12
+# An apply page is one transaction holding an advisory lock per link key (and a
+# savepoint per adopted link): bounded so a page fits a stock server's lock table.
+MAX_APPLY_BATCH: Final = 1_000
 
 _EPILOG: Final = (
     "Provenance accepted (exactly two formats): the runtime's own link key (lk1_...) or the "
@@ -34,6 +41,9 @@ _EPILOG: Final = (
     "provenance naming this owner, this slot (or a slot the pack rebinds into it) and this "
     "destination, and no link, attempt or other record contradicts it; every other record "
     "with evidence is rejected with a reason and nothing is written for it. "
+    "Output streams page by page; --json writes one JSON object per record and a last line "
+    "with the totals. An interrupted apply keeps its committed pages: re-run it to adopt the "
+    "rest. "
     "Exit codes: 0 nothing rejected; 3 some records rejected (apply still adopts the "
     "unambiguous ones, so re-run after fixing the rejected); 2 bad input (no active pack, "
     "unknown action slot); 1 the pack changed mid-run; 5 database unreachable or unmigrated."
@@ -45,113 +55,113 @@ ActionSlots = Annotated[
     typer.Option("--action-slot", help="Only this action slot (repeatable; default: all)."),
 ]
 BatchSize = Annotated[
+    int, typer.Option("--batch-size", min=1, max=100_000, help="Records per page.")
+]
+ApplyBatchSize = Annotated[
     int,
     typer.Option(
-        "--batch-size", min=1, max=100_000, help="Records per page (apply: per transaction)."
+        "--batch-size", min=1, max=MAX_APPLY_BATCH, help="Records per page (one transaction)."
     ),
 ]
 ShowSkipped = Annotated[
     bool, typer.Option("--show-skipped", help="List records without evidence too.")
 ]
 
-_stderr = Console(stderr=True)
-
-
-class _Bar:
-    """`ProgressSink` drawing a bar on stderr once a run is large enough to want one."""
-
-    def __init__(self) -> None:
-        self._progress = Progress(console=_stderr, transient=True)
-        self._task: TaskID | None = None
-
-    def start(self, total: int) -> None:
-        if total > PROGRESS_THRESHOLD:
-            self._progress.start()
-            self._task = self._progress.add_task("records", total=total)
-
-    def advance(self, records: int) -> None:
-        if self._task is not None:
-            self._progress.advance(self._task, records)
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._progress.stop()
-
-
 if TYPE_CHECKING:
-    Run = Callable[[Conn, _Bar], Awaitable[BackfillReport]]
+    Run = Callable[[Conn, PageSink, BackfillProgress], Awaitable[BackfillSummary]]
 
 
-async def _with_connection(dsn: str, run: Run) -> BackfillReport:
-    bar = _Bar()
+class _Tables:
+    """`PageSink` printing each page's rows as a table under its slot's title."""
+
+    def __init__(self, show_skipped: bool) -> None:
+        self._show_skipped = show_skipped
+        self._console = Console()
+        self._titled: set[str] = set()
+
+    def begin(self, run: BackfillRun) -> None:
+        mode = "apply" if run.applied else "plan (dry run: nothing written)"
+        self._console.print(f"backfill {mode}, install {run.pack_install_id}", highlight=False)
+
+    def page(self, decisions: Sequence[RecordDecision]) -> None:
+        from protocol.backfill_facts import Outcome
+
+        rows = [d for d in decisions if self._show_skipped or d.outcome is not Outcome.SKIPPED]
+        if rows:
+            self._console.print(self._table(rows))
+            self._console.file.flush()
+
+    def _table(self, rows: list[RecordDecision]) -> Table:
+        slot = rows[0].action_slot_id
+        title = None if slot in self._titled else f"{slot} ({rows[0].source_object})"
+        self._titled.add(slot)
+        table = Table(title=escape(title) if title else None, title_justify="left")
+        table.box = box.SIMPLE
+        # What an operator greps for never wraps; the free-text detail gives way.
+        for column in ("record", "link key", "outcome", "reason", "detail"):
+            table.add_column(column, no_wrap=column != "detail", overflow="fold")
+        for d in rows:
+            key = f"{d.link_key[:KEY_PREFIX]}…" if d.link_key else ""
+            reason = d.reason.value if d.reason else ""
+            cells = (d.record_id, key, d.outcome.value, reason, d.detail)
+            table.add_row(*(escape(c) for c in cells))
+        return table
+
+    def end(self, summary: BackfillSummary) -> None:
+        counts = summary.totals.model_dump()
+        self._console.print(", ".join(f"{n} {name}" for name, n in counts.items()), highlight=False)
+
+
+class _JsonLines:
+    """`PageSink` writing one JSON object per record, then one with the run and totals."""
+
+    def begin(self, run: BackfillRun) -> None:
+        pass
+
+    def page(self, decisions: Sequence[RecordDecision]) -> None:
+        from cli.paging import json_line
+
+        for d in decisions:
+            json_line(d.model_dump(mode="json"))
+
+    def end(self, summary: BackfillSummary) -> None:
+        from cli.paging import json_line
+
+        json_line(
+            {
+                "connector_owner_key": summary.connector_owner_key,
+                "pack_install_id": summary.pack_install_id,
+                "mode": "apply" if summary.applied else "plan",
+                "action_slots": list(summary.action_slots),
+                "totals": summary.totals.model_dump(),
+            }
+        )
+
+
+async def _with_connection(
+    dsn: str, run: Run, sink: PageSink, progress: BackfillProgress
+) -> BackfillSummary:
     try:
         async with connect(dsn) as conn:
-            return await run(conn, bar)
+            return await run(conn, sink, progress)
     finally:
-        bar.stop()
+        progress.stop()
 
 
-def _execute(dsn: str, run: Run) -> BackfillReport:
+def _execute(mode: str, dsn: str, run: Run, as_json: bool, show_skipped: bool) -> None:
+    from cli.backfill_progress import BackfillProgress
     from services.backfill import ActivePackChanged, BackfillUnavailable
 
+    sink = _JsonLines() if as_json else _Tables(show_skipped)
+    progress = BackfillProgress(mode)
     try:
-        return asyncio.run(_with_connection(dsn, run))
+        summary = asyncio.run(_with_connection(dsn, run, sink, progress))
     except BackfillUnavailable as exc:
         bad_input(str(exc))
     except ActivePackChanged as exc:
         fail(escape(f"{exc}; earlier pages stay adopted, re-run apply"))
-
-
-def _report_json(report: BackfillReport) -> dict[str, object]:
-    return {
-        "connector_owner_key": report.connector_owner_key,
-        "pack_install_id": report.pack_install_id,
-        "mode": "apply" if report.applied else "plan",
-        "action_slots": list(report.action_slots),
-        "totals": report.totals.model_dump(),
-        "records": [d.model_dump(mode="json") for d in report.decisions],
-    }
-
-
-def _print_report(report: BackfillReport, show_skipped: bool) -> None:
-    """One table per action slot: record, link key prefix, outcome, reason, detail."""
-    from protocol.backfill_facts import Outcome
-
-    console = Console()
-    mode = "apply" if report.applied else "plan (dry run: nothing written)"
-    console.print(f"backfill {mode}, install {report.pack_install_id}", highlight=False)
-    for slot in report.action_slots:
-        rows = [
-            d
-            for d in report.decisions
-            if d.action_slot_id == slot and (show_skipped or d.outcome is not Outcome.SKIPPED)
-        ]
-        if rows:
-            console.print(_slot_table(slot, rows))
-    counts = report.totals.model_dump()
-    console.print(", ".join(f"{n} {name}" for name, n in counts.items()), highlight=False)
-
-
-def _slot_table(slot: str, rows: list[RecordDecision]) -> Table:
-    title = f"{escape(slot)} ({escape(rows[0].source_object)})"
-    table = Table(title=title, title_justify="left", box=box.SIMPLE)
-    # What an operator greps for never wraps; the free-text detail gives way.
-    for column in ("record", "link key", "outcome", "reason", "detail"):
-        table.add_column(column, no_wrap=column != "detail", overflow="fold")
-    for d in rows:
-        key = f"{d.link_key[:KEY_PREFIX]}…" if d.link_key else ""
-        reason = d.reason.value if d.reason else ""
-        cells = (d.record_id, key, d.outcome.value, reason, d.detail)
-        table.add_row(*(escape(c) for c in cells))
-    return table
-
-
-def _finish(report: BackfillReport, as_json: bool, show_skipped: bool) -> None:
-    if as_json:
-        echo_json(_report_json(report))
-    else:
-        _print_report(report, show_skipped)
-    if report.rejected:
+    sink.end(summary)
+    if summary.rejected:
         raise typer.Exit(EXIT_REJECTED)
 
 
@@ -166,18 +176,20 @@ def plan_command(
     """Dry run: decide every record of the selected slots and write nothing."""
     slots = tuple(action_slot or ())
 
-    async def run(conn: Conn, bar: _Bar) -> BackfillReport:
-        from services.backfill import plan_backfill
+    async def run(conn: Conn, sink: PageSink, bar: BackfillProgress) -> BackfillSummary:
+        from services.backfill import stream_backfill
 
-        return await plan_backfill(conn, owner_key, slots, batch_size=batch_size, progress=bar)
+        return await stream_backfill(
+            conn, owner_key, slots, sink, batch_size=batch_size, progress=bar
+        )
 
-    _finish(_execute(resolve_dsn(database_url), run), as_json, show_skipped)
+    _execute("plan", resolve_dsn(database_url), run, as_json, show_skipped)
 
 
 def apply_command(
     owner_key: OwnerKey,
     action_slot: ActionSlots = None,
-    batch_size: BatchSize = DEFAULT_BATCH_SIZE,
+    batch_size: ApplyBatchSize = DEFAULT_BATCH_SIZE,
     operator: Annotated[
         str, typer.Option("--operator", help="Recorded as the adopted links' last operator.")
     ] = DEFAULT_OPERATOR,
@@ -186,24 +198,25 @@ def apply_command(
     as_json: AsJson = False,
 ) -> None:
     """Re-plan under locks and create a finalized link per adoptable record, one transaction
-    per page. Never POSTs, never touches attempts or records; re-running adopts nothing new."""
+    per page. Never POSTs, never touches attempts or records; re-running adopts nothing new
+    (and finishes an interrupted run)."""
     required_text("--operator", operator)
     slots = tuple(action_slot or ())
 
-    async def run(conn: Conn, bar: _Bar) -> BackfillReport:
-        from services.backfill import apply_backfill
+    async def run(conn: Conn, sink: PageSink, bar: BackfillProgress) -> BackfillSummary:
+        from services.backfill import stream_backfill
 
-        return await apply_backfill(
+        return await stream_backfill(
             conn,
             owner_key,
             slots,
-            now=datetime.now(UTC),
-            operator=operator,
+            sink,
             batch_size=batch_size,
             progress=bar,
+            apply_at=(datetime.now(UTC), operator),
         )
 
-    _finish(_execute(resolve_dsn(database_url), run), as_json, show_skipped)
+    _execute("apply", resolve_dsn(database_url), run, as_json, show_skipped)
 
 
 def register(app: typer.Typer) -> None:

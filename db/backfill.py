@@ -61,6 +61,25 @@ SELECT link_key, attempt_id::text AS attempt_id, status FROM connector_push_atte
 WHERE link_key = ANY($1::text[]) ORDER BY link_key COLLATE "C", attempt_ordinal
 """
 
+# Remote ids held as a JSON string by more than one (action slot, record) at one
+# destination and scope: the raw candidates for `protocol.backfill_evidence.contested`,
+# found set-wise so that no process holds every claim (issue 34 item 3). One input row
+# per (slot, remote-id field of a pair the slot reads); deleted records claim too.
+SELECT_CONTESTED: Final = """
+SELECT c.destination_slot_id, c.remote_scope, c.remote_id
+FROM (
+  SELECT s.action_slot_id, s.destination_slot_id, s.remote_scope, r.record_id,
+         r.fields ->> s.field AS remote_id
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+       AS s (action_slot_id, source_object, destination_slot_id, remote_scope, field)
+  JOIN crm_record AS r ON r.source_object = s.source_object
+  WHERE jsonb_typeof(r.fields -> s.field) = 'string'
+) AS c
+GROUP BY c.destination_slot_id, c.remote_scope, c.remote_id
+HAVING count(DISTINCT ROW(c.action_slot_id, c.record_id)) > 1
+ORDER BY 1, 2, 3
+"""
+
 SELECT_INSTALL_MANIFESTS: Final = """
 SELECT pack_install_id::text AS pack_install_id, manifest::text AS manifest
 FROM pack_install WHERE pack_install_id = ANY($1::uuid[])
@@ -136,6 +155,20 @@ async def attempts_by_key(conn: Conn, link_keys: Sequence[str]) -> list[AttemptF
         )
         for r in rows
     ]
+
+
+async def contested_candidates(
+    conn: Conn, claim_fields: Sequence[tuple[str, str, str, str, str]]
+) -> list[tuple[str, str, str]]:
+    """(destination slot, remote scope, remote id) held by two or more (slot, record).
+
+    `claim_fields` rows are (action slot, source object, destination slot, remote scope,
+    remote-id field). The caller keeps only the values its own rules call a claim."""
+    if not claim_fields:
+        return []
+    columns = [list(column) for column in zip(*claim_fields, strict=True)]
+    rows = await conn.fetch(SELECT_CONTESTED, *columns)
+    return [(r["destination_slot_id"], r["remote_scope"], r["remote_id"]) for r in rows]
 
 
 async def install_manifests(conn: Conn, pack_install_ids: Sequence[str]) -> dict[str, object]:

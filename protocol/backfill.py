@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from protocol.backfill_evidence import (
     Evidence,
     Provenance,
-    claims,
-    contested,
+    claimed_twice,
+    claims_in,
     evidence,
     evidence_problem,
     locator_of,
@@ -112,17 +113,47 @@ def _resolve_provenance(
     return action_slot, None
 
 
-def lookups(items: Iterable[tuple[BackfillSlot, LegacyRecord]]) -> Lookups:
+@dataclass(frozen=True)
+class Prepared:
+    """One (slot, record) with what every rule reads of it, computed once per page."""
+
+    slot: BackfillSlot
+    record: LegacyRecord
+    evidence: Evidence
+    key: str | None  # None: the record id is not a valid identity part
+    key_error: str
+    keys: frozenset[str]  # `key` and its keys under the rebound predecessors
+
+    @property
+    def claims(self) -> frozenset[Locator]:
+        return claims_in(self.slot, self.evidence)
+
+
+def prepare(items: Iterable[tuple[BackfillSlot, LegacyRecord]]) -> list[Prepared]:
+    prepared: list[Prepared] = []
+    for slot, record in items:
+        ev = evidence(slot, record)
+        try:
+            key: str | None = slot.key_for(record.record_id)
+            rebound = {slot.key_for(record.record_id, p) for p in slot.rebound_from}
+            error = ""
+        except InvalidIdentityPart as exc:
+            key, rebound, error = None, set(), str(exc)
+        keys = frozenset({key, *rebound}) if key is not None else frozenset()
+        prepared.append(Prepared(slot, record, ev, key, error, keys))
+    return prepared
+
+
+def lookups(items: Iterable[tuple[BackfillSlot, LegacyRecord]] | Sequence[Prepared]) -> Lookups:
     """The link keys (this slot's and its rebound predecessors') and locators to load."""
+    prepared = [i if isinstance(i, Prepared) else prepare([i])[0] for i in items]
     keys: set[str] = set()
     locators: set[Locator] = set()
-    for slot, record in items:
-        try:
-            keys.add(slot.key_for(record.record_id))
-            keys.update(slot.key_for(record.record_id, p) for p in slot.rebound_from)
-        except InvalidIdentityPart:
+    for p in prepared:
+        if p.key is None:
             continue
-        locators |= claims(slot, record)
+        keys |= p.keys
+        locators |= p.claims
     return Lookups(
         link_keys=tuple(sorted(keys)),
         locators=tuple(sorted(locators, key=lambda x: tuple(x.model_dump().values()))),
@@ -136,14 +167,19 @@ def decide_record(
     contested_locators: frozenset[Locator] = frozenset(),
 ) -> RecordDecision:
     """Rules 3 and 4 for one record; the first failing check wins."""
+    return _decide(prepare([(slot, record)])[0], facts, contested_locators)
+
+
+def _decide(
+    p: Prepared, facts: StoredFacts, contested_locators: frozenset[Locator]
+) -> RecordDecision:
+    slot, record, ev = p.slot, p.record, p.evidence
     rid = record.record_id
-    ev = evidence(slot, record)
     if ev.empty:
         return _decision(slot, rid, Outcome.SKIPPED, reason=R.NO_REMOTE_ID_AND_NO_PROVENANCE)
-    try:
-        key = slot.key_for(rid)
-    except InvalidIdentityPart as error:
-        return _reject(slot, rid, R.INVALID_RECORD_ID, str(error))
+    if p.key is None:
+        return _reject(slot, rid, R.INVALID_RECORD_ID, p.key_error)
+    key = p.key
     existing = next((link for link in facts.links if link.link_key == key), None)
     if existing is not None:
         return _existing_link(slot, rid, ev, existing)
@@ -161,7 +197,7 @@ def decide_record(
     if rejected is not None:
         return rejected.model_copy(update={"link_key": key})
     found = {"link_key": key, "remote_id": ev.remote_id, "provenance_format": provenance.format}
-    conflict = _stored_conflict(slot, rid, key, locator_of(slot, ev.remote_id), facts)
+    conflict = _stored_conflict(p, locator_of(slot, ev.remote_id), facts)
     if conflict is None and locator_of(slot, ev.remote_id) in contested_locators:
         conflict = (R.REMOTE_ID_CLAIMED_TWICE, "another local record claims the same remote id")
     if conflict is not None:
@@ -190,9 +226,9 @@ def _existing_link(
 
 
 def _stored_conflict(
-    slot: BackfillSlot, record_id: str, key: str, locator: Locator, facts: StoredFacts
+    p: Prepared, locator: Locator, facts: StoredFacts
 ) -> tuple[RejectReason, str] | None:
-    keys = {key, *(slot.key_for(record_id, p) for p in slot.rebound_from)}
+    key, keys = p.key, p.keys
     for link in facts.links:
         if (
             link.link_key in keys
@@ -230,13 +266,14 @@ def _stored_conflict(
 
 
 def decide_batch(
-    items: Sequence[tuple[BackfillSlot, LegacyRecord]],
+    items: Sequence[tuple[BackfillSlot, LegacyRecord]] | Sequence[Prepared],
     facts: StoredFacts,
     contested_locators: frozenset[Locator] = frozenset(),
 ) -> tuple[RecordDecision, ...]:
     """Every record of one batch; locators claimed twice inside it are contested too."""
-    everywhere = contested_locators | contested(items)
-    return tuple(decide_record(slot, record, facts, everywhere) for slot, record in items)
+    prepared = [i if isinstance(i, Prepared) else prepare([i])[0] for i in items]
+    everywhere = contested_locators | claimed_twice(p.claims for p in prepared)
+    return tuple(_decide(p, facts, everywhere) for p in prepared)
 
 
 class Totals(Snapshot):

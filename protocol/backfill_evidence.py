@@ -101,16 +101,20 @@ def parse_provenance(value: str) -> Provenance | None:
 # -- evidence -----------------------------------------------------------------------------
 
 
+def _canonical(name: str, value: str) -> str | None:
+    """PROF-4: a remote id (and a provenance) is adopted only in canonical form."""
+    try:
+        return check_remote_id(check_part(name, value))
+    except (InvalidIdentityPart, RemoteIdError):
+        return None
+
+
 def _text(fields: dict[str, JsonValue], name: str, malformed: list[str]) -> str | None:
     value = fields.get(name)
     if value is None or value == "":
         return None
-    if isinstance(value, str):
-        try:
-            # PROF-4: a remote id (and a provenance) is adopted only in canonical form.
-            return check_remote_id(check_part(name, value))
-        except (InvalidIdentityPart, RemoteIdError):
-            pass
+    if isinstance(value, str) and (canonical := _canonical(name, value)) is not None:
+        return canonical
     malformed.append(name)
     return None
 
@@ -163,7 +167,23 @@ def evidence_problem(ev: Evidence, pair: MirrorSpec) -> tuple[RejectReason, str]
 
 def claims(slot: BackfillSlot, record: LegacyRecord) -> frozenset[Locator]:
     """Every locator the record's fields name for this slot, ambiguous or not."""
-    return frozenset(locator_of(slot, rid) for rid in evidence(slot, record).remote_ids)
+    return claims_in(slot, evidence(slot, record))
+
+
+def claims_in(slot: BackfillSlot, ev: Evidence) -> frozenset[Locator]:
+    """`claims`, from the record's evidence already read."""
+    return frozenset(locator_of(slot, rid) for rid in ev.remote_ids)
+
+
+def claim_fields(slot: BackfillSlot) -> tuple[str, ...]:
+    """The fields `claims` reads: the remote-id field of the current and earlier pairs."""
+    pairs = (slot.current_pair, *slot.earlier_pairs)
+    return tuple(dict.fromkeys(pair.remote_id_field for pair in pairs))
+
+
+def is_claim(value: str) -> bool:
+    """Whether a string held in one of `claim_fields` is a claim (`claims` counts it)."""
+    return value != "" and _canonical("remote id", value) is not None
 
 
 def locator_of(slot: BackfillSlot, remote_id: str) -> Locator:
@@ -177,7 +197,12 @@ def locator_of(slot: BackfillSlot, remote_id: str) -> Locator:
 
 def contested(items: Iterable[tuple[BackfillSlot, LegacyRecord]]) -> frozenset[Locator]:
     """Locators claimed by more than one (slot, record): none of their claimants is adopted."""
+    return claimed_twice(claims(slot, record) for slot, record in items)
+
+
+def claimed_twice(claim_sets: Iterable[frozenset[Locator]]) -> frozenset[Locator]:
+    """`contested`, from each claimant's claims."""
     counts: Counter[Locator] = Counter()
-    for slot, record in items:
-        counts.update(claims(slot, record))
+    for found in claim_sets:
+        counts.update(found)
     return frozenset(locator for locator, n in counts.items() if n > 1)

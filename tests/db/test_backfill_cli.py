@@ -4,11 +4,14 @@ report, paging through every record, and progress."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+from typing import Any
 
 import asyncpg
 from typer.testing import CliRunner, Result
 
+from cli.backfill_progress import BackfillProgress
 from cli.main import app
 from db import records as records_q
 from services.backfill import plan_backfill
@@ -45,6 +48,12 @@ def prepare(dsn: str, records: dict[str, Fields]) -> None:
     asyncio.run(go())
 
 
+def json_lines(stdout: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """`--json` output: one object per record, then the run's totals."""
+    *records, summary = [json.loads(line) for line in stdout.splitlines()]
+    return records, summary
+
+
 def link_rows(dsn: str) -> list[tuple[str, str]]:
     async def go() -> list[tuple[str, str]]:
         conn = await asyncpg.connect(dsn)
@@ -68,9 +77,9 @@ def test_cli_plan_then_apply_exit_zero_and_report_per_record(db_dsn: str) -> Non
 
     applied = run("apply", "--owner-key", OWNER, "--json", "--database-url", db_dsn)
     assert applied.exit_code == 0, applied.output
-    report = json.loads(applied.stdout)
-    assert report["mode"] == "apply" and report["totals"]["adopted"] == 1
-    [record] = [r for r in report["records"] if r["record_id"] == "c-1"]
+    records, summary = json_lines(applied.stdout)
+    assert summary["mode"] == "apply" and summary["totals"]["adopted"] == 1
+    [record] = [r for r in records if r["record_id"] == "c-1"]
     assert (record["outcome"], record["link_key"]) == ("adopted", key_of("c-1"))
     assert link_rows(db_dsn) == [(key_of("c-1"), "r-1")]
 
@@ -104,10 +113,13 @@ def test_cli_large_runs_page_through_every_record(db_dsn: str) -> None:
     )
 
     assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
-    contacts = [r for r in report["records"] if r["action_slot_id"] == SLOT]
-    assert len(contacts) == 120 and report["totals"]["adopted"] == 120
+    rows, summary = json_lines(result.stdout)
+    contacts = [r for r in rows if r["action_slot_id"] == SLOT]
+    assert len(contacts) == 120 and summary["totals"]["adopted"] == 120
     assert len(link_rows(db_dsn)) == 120
+    # A page of apply is one transaction holding a lock per key: bounded for a stock server.
+    too_big = run("apply", "--owner-key", OWNER, "--batch-size", "1001", "--database-url", db_dsn)
+    assert too_big.exit_code == 2, too_big.output
 
 
 class RecordingProgress:
@@ -133,3 +145,21 @@ async def test_progress_counts_every_record_of_the_selected_slots_page_by_page(
         await records_q.upsert_record(conn, "Account", "a-1", {"Name": "Engines"})
         await plan_backfill(conn, OWNER, [SLOT], batch_size=3, progress=progress)
     assert (progress.total, progress.advanced) == (7, [3, 3, 1])
+
+
+def test_without_a_terminal_progress_is_a_plain_line_at_most_every_interval() -> None:
+    out = io.StringIO()
+    now = [0.0]
+    progress = BackfillProgress(
+        "apply", interval_s=5.0, stream=lambda: out, clock=lambda: now[0], live=False
+    )
+    progress.start(1_000)
+    for _ in range(10):  # a page of 100 records every 2 s
+        now[0] += 2.0
+        progress.advance(100)
+    lines = out.getvalue().splitlines()
+    # The first page at once, then every third page (6 s apart): 100, 400, 700, 1000.
+    assert [line.split(" of ")[0] for line in lines] == [
+        f"backfill apply: {n}" for n in (100, 400, 700, 1000)
+    ]
+    assert lines[0] == "backfill apply: 100 of 1000 records (10.0%), 50 records/s, time left ~18s"

@@ -1,0 +1,166 @@
+"""Legacy-link adoption's writes (SPEC MIG-1): one page of `backfill apply`, in its own
+transaction, and the columns of an adopted link.
+
+A page takes the owner's pack lock (the active install must be the one planned
+against), then every link key of the page in link-key order (one statement), then
+reads the records, links, attempts and locator owners afresh, decides, and inserts one
+`finalized` link (with its OPS-2 audit entry) per adoptable record. A page that fails
+writes nothing, and every committed page stays: re-running adopts the rest, the pages
+already done come back `already_adopted`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from db import audit as audit_q
+from db import backfill as q
+from db import link_batches as batches_q
+from db import links as links_q
+from db import packs as packs_q
+from db.errors import RemoteLocatorClaimedError, invariant_errors
+from db.records import Conn
+from protocol.active import ActiveMetadata
+from protocol.audit import AuditCommand, AuditEntry
+from protocol.backfill import Prepared, decide_batch, lookups, prepare
+from protocol.backfill_facts import (
+    BackfillSlot,
+    LegacyRecord,
+    Locator,
+    Outcome,
+    RecordDecision,
+    RejectReason,
+    StoredFacts,
+)
+from protocol.errors import MirrorStatus
+from protocol.identity import ACTION_TYPE
+from protocol.states import LinkStatus
+from services.patch import validated_values
+
+
+class ActivePackChanged(Exception):
+    """The active install changed after the run started; the current page wrote nothing."""
+
+
+@dataclass(frozen=True)
+class AdoptSlot:
+    backfill: BackfillSlot
+    active: ActiveMetadata
+
+
+async def stored_facts(conn: Conn, items: Sequence[Prepared]) -> StoredFacts:
+    """The rows `protocol.backfill.lookups` names for these records."""
+    wanted = lookups(items)
+    return StoredFacts(
+        links=tuple(await q.links_by_key(conn, wanted.link_keys)),
+        attempts=tuple(await q.attempts_by_key(conn, wanted.link_keys)),
+        locator_owners=tuple(await q.locator_owners(conn, wanted.locators)),
+    )
+
+
+async def apply_page(
+    conn: Conn,
+    pack_install_id: str,
+    slot: AdoptSlot,
+    page: Sequence[LegacyRecord],
+    claimed_twice: frozenset[Locator],
+    stamp: tuple[datetime, str],
+) -> list[RecordDecision]:
+    """One transaction: locks in link-key order, a fresh re-plan, then the inserts."""
+    bf = slot.backfill
+    async with conn.transaction():
+        await packs_q.lock_owner_key(conn, bf.connector_owner_key)
+        current = await packs_q.select_active_install(conn, bf.connector_owner_key)
+        if current is None or current.pack_install_id != pack_install_id:
+            raise ActivePackChanged(f"active install is no longer {pack_install_id}")
+        # Keys depend on record identity only, so they are known before the re-read.
+        keys = sorted({k for p in prepare((bf, r) for r in page) for k in p.keys})
+        await batches_q.lock_link_keys(conn, keys)
+        fresh = await q.records_by_id(conn, bf.source_object, [r.record_id for r in page])
+        items = prepare((bf, r) for r in fresh)
+        decided = decide_batch(items, await stored_facts(conn, items), claimed_twice)
+        return [await _adopt(conn, slot, d, stamp) for d in decided]
+
+
+async def _adopt(
+    conn: Conn, slot: AdoptSlot, decision: RecordDecision, stamp: tuple[datetime, str]
+) -> RecordDecision:
+    if decision.outcome is not Outcome.ADOPTABLE:
+        return decision
+    values = adopted_link_values(slot.active, slot.backfill, decision, *stamp)
+    try:
+        # A savepoint: a locator claimed concurrently by another key rejects this record only.
+        async with conn.transaction():
+            with invariant_errors():
+                await links_q.insert_link(conn, values)
+            await audit_q.append(conn, _audit_entry(decision, stamp[1]))
+    except RemoteLocatorClaimedError:
+        return decision.model_copy(
+            update={
+                "outcome": Outcome.REJECTED,
+                "reason": RejectReason.REMOTE_ID_CLAIMED_TWICE,
+                "detail": "another link claimed this remote id during apply",
+            }
+        )
+    return decision.model_copy(update={"outcome": Outcome.ADOPTED})
+
+
+def _audit_entry(decision: RecordDecision, operator: str) -> AuditEntry:
+    """OPS-2: an adoption creates the link; there was no link before it."""
+    return AuditEntry(
+        operator=operator,
+        reason="legacy adoption from mirror fields (MIG-1)",
+        command=AuditCommand.BACKFILL_APPLY,
+        link_key=decision.link_key,
+        arguments={"source_record_id": decision.record_id},
+        state_before=None,
+        state_after={"link_status": "finalized", "remote_id": decision.remote_id},
+        outcome="link adopted",
+    )
+
+
+def adopted_link_values(
+    active: ActiveMetadata,
+    slot: BackfillSlot,
+    decision: RecordDecision,
+    now: datetime,
+    operator: str,
+) -> dict[str, Any]:
+    """Columns of a `finalized` link adopted from legacy fields (STO-1), frozen from the
+    active install exactly as a runtime create would have frozen them."""
+    assert decision.link_key and decision.remote_id, "only adoptable decisions"
+    validated = validated_values(active)
+    install = uuid.UUID(validated.pop("last_validated_pack_install_id"))
+    action = active.action_snapshot()
+    return {
+        "link_key": decision.link_key,
+        "connector_owner_key": slot.connector_owner_key,
+        "action_slot_id": slot.action_slot_id,
+        "action_type": ACTION_TYPE,
+        "source_object": slot.source_object,
+        "source_record_id": decision.record_id,
+        "destination_slot_id": slot.destination_slot_id,
+        **validated,
+        "created_pack_install_id": install,
+        "last_validated_pack_install_id": install,
+        "mirror_source_object": slot.source_object,
+        "mirror_remote_id_field": action.mirror.remote_id_field,
+        "mirror_provenance_field": action.mirror.provenance_field,
+        "mapping_fingerprint": action.mapping_fingerprint,
+        "body_fingerprint": action.body_fingerprint,
+        "remote_id": decision.remote_id,
+        "remote_scope": slot.remote_scope,
+        "status": LinkStatus.FINALIZED.value,
+        # Only a remote id held in the current pair is adoptable: the mirror already shows it.
+        "mirror_status": MirrorStatus.WRITTEN.value,
+        "last_operator": operator,
+        "last_operator_reason": (
+            f"MIG-1 backfill: adopted from {decision.provenance_format} provenance"
+            f" (slot {decision.via_slot})"
+        ),
+        "last_operator_at": now,
+    }
