@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from asyncpg import Record
 
@@ -83,6 +83,14 @@ ORDER BY 1, 2, 3
 SELECT_INSTALL_MANIFESTS: Final = """
 SELECT pack_install_id::text AS pack_install_id, manifest::text AS manifest
 FROM pack_install WHERE pack_install_id = ANY($1::uuid[])
+"""
+
+
+# Adopted links of one page in one statement (the set-wise form of db.links.insert_link):
+# only the named columns are set, the others take their defaults.
+INSERT_LINKS: Final = """
+INSERT INTO connector_remote_link ({columns})
+SELECT {columns} FROM jsonb_populate_recordset(NULL::connector_remote_link, $1::jsonb)
 """
 
 
@@ -169,6 +177,15 @@ async def contested_candidates(
     columns = [list(column) for column in zip(*claim_fields, strict=True)]
     rows = await conn.fetch(SELECT_CONTESTED, *columns)
     return [(r["destination_slot_id"], r["remote_scope"], r["remote_id"]) for r in rows]
+
+
+async def insert_links(conn: Conn, rows: Sequence[dict[str, Any]]) -> None:
+    """`db.links.insert_link` for every row (all with the same columns), one statement;
+    the ID-4 index rejects the whole statement if any remote locator is owned."""
+    if not rows:
+        return
+    columns = ", ".join(rows[0])
+    await conn.execute(INSERT_LINKS.format(columns=columns), json.dumps(rows, default=str))
 
 
 async def install_manifests(conn: Conn, pack_install_ids: Sequence[str]) -> dict[str, object]:

@@ -83,7 +83,33 @@ async def apply_page(
         fresh = await q.records_by_id(conn, bf.source_object, [r.record_id for r in page])
         items = prepare((bf, r) for r in fresh)
         decided = decide_batch(items, await stored_facts(conn, items), claimed_twice)
+        if await _adopt_all(conn, slot, decided, stamp):
+            return [_adopted(d) for d in decided]
         return [await _adopt(conn, slot, d, stamp) for d in decided]
+
+
+def _adopted(decision: RecordDecision) -> RecordDecision:
+    if decision.outcome is not Outcome.ADOPTABLE:
+        return decision
+    return decision.model_copy(update={"outcome": Outcome.ADOPTED})
+
+
+async def _adopt_all(
+    conn: Conn, slot: AdoptSlot, decided: Sequence[RecordDecision], stamp: tuple[datetime, str]
+) -> bool:
+    """Every adoptable record of the page in two statements (links, audit), in a
+    savepoint; False, having written nothing, when a locator was claimed concurrently by
+    another key: `_adopt` then decides record by record which one."""
+    adoptable = [d for d in decided if d.outcome is Outcome.ADOPTABLE]
+    rows = [adopted_link_values(slot.active, slot.backfill, d, *stamp) for d in adoptable]
+    try:
+        async with conn.transaction():
+            with invariant_errors():
+                await q.insert_links(conn, rows)
+            await audit_q.append_many(conn, [_audit_entry(d, stamp[1]) for d in adoptable])
+    except RemoteLocatorClaimedError:
+        return False
+    return True
 
 
 async def _adopt(
@@ -106,7 +132,7 @@ async def _adopt(
                 "detail": "another link claimed this remote id during apply",
             }
         )
-    return decision.model_copy(update={"outcome": Outcome.ADOPTED})
+    return _adopted(decision)
 
 
 def _audit_entry(decision: RecordDecision, operator: str) -> AuditEntry:
