@@ -8,7 +8,6 @@ any number of records. Progress goes to stderr (`cli.backfill_progress`).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Final
@@ -149,6 +148,8 @@ async def _with_connection(
 
 
 def _execute(mode: str, dsn: str, run: Run, as_json: bool, show_skipped: bool) -> None:
+    import asyncio
+
     from cli.backfill_progress import BackfillProgress
     from services.backfill import ActivePackChanged, BackfillUnavailable
 

@@ -17,8 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # What only a command's body may import. pydantic alone is a quarter of a second (our
-# models are defined at import); yaml is read only with a config or input file.
+# models are defined at import); yaml is read only with a config or input file; asyncio
+# (~40 ms: ssl, socket, logging) only by a command that runs a loop.
 HEAVY = (
+    "asyncio",
     "temporalio",
     "asyncpg",
     "httpx",
