@@ -15,7 +15,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -41,19 +41,9 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
     from cli.stack.devconfig import DevConfig
     from cli.stack.temporal import TemporalDevServer
 
-    DemoLoader = Callable[[str, DevConfig], Awaitable[list[str]]]
-
 console = Console()
 
 
-async def _load_demo_data(database_url: str, config: DevConfig) -> list[str]:
-    from cli.demo_data import load_demo  # the services it loads with: only when it runs
-
-    return await load_demo(database_url, config)
-
-
-# Steps run after migrations to give a newcomer something to push.
-DEMO_LOADERS: list[DemoLoader] = [_load_demo_data]
 # Written once the demo data is loaded: later runs on this data directory leave it be.
 DEMO_MARKER = "demo-loaded"
 
@@ -187,6 +177,9 @@ class DevStack:
         return Endpoints(database_url, address, ui)
 
     async def _load_demo(self, database_url: str) -> None:
+        """After migrations: the demo pack and records, for a newcomer to push."""
+        from cli.demo_data import load_demo  # the services it loads with: only when it runs
+
         marker = self.config.resolve(self.config.data_dir) / DEMO_MARKER
         if marker.exists() and not self.load_demo:
             console.print(
@@ -194,9 +187,8 @@ class DevStack:
                 "(`connector-push dev --demo` loads it again; a user's pack is never replaced)"
             )
             return
-        for loader in DEMO_LOADERS:
-            for line in await loader(database_url, self.config):
-                console.print(line)
+        for line in await load_demo(database_url, self.config):
+            console.print(line)
         marker.write_text("the demo pack and records were loaded into this data directory\n")
 
     async def _wait_children_ready(self, timeout_s: float = 60.0) -> None:
