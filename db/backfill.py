@@ -31,6 +31,13 @@ ORDER BY record_id COLLATE "C"
 LIMIT $3
 """
 
+SELECT_RECORD_ID_PAGE: Final = """
+SELECT record_id FROM crm_record
+WHERE source_object = $1 AND ($2::text IS NULL OR record_id > $2 COLLATE "C")
+ORDER BY record_id COLLATE "C"
+LIMIT $3
+"""
+
 SELECT_RECORDS: Final = """
 SELECT source_object, record_id, fields::text AS fields, deleted
 FROM crm_record
@@ -126,6 +133,14 @@ async def record_page(
 ) -> list[LegacyRecord]:
     """Up to `limit` records of `source_object` after record id `after` (None: from the start)."""
     return [_record(r) for r in await conn.fetch(SELECT_RECORD_PAGE, source_object, after, limit)]
+
+
+async def record_id_page(
+    conn: Conn, source_object: str, after: str | None, limit: int
+) -> list[str]:
+    """`record_page`'s record ids only (apply re-reads the records under its locks)."""
+    rows = await conn.fetch(SELECT_RECORD_ID_PAGE, source_object, after, limit)
+    return [r["record_id"] for r in rows]
 
 
 async def records_by_id(

@@ -132,16 +132,20 @@ class Prepared:
 def prepare(items: Iterable[tuple[BackfillSlot, LegacyRecord]]) -> list[Prepared]:
     prepared: list[Prepared] = []
     for slot, record in items:
-        ev = evidence(slot, record)
-        try:
-            key: str | None = slot.key_for(record.record_id)
-            rebound = {slot.key_for(record.record_id, p) for p in slot.rebound_from}
-            error = ""
-        except InvalidIdentityPart as exc:
-            key, rebound, error = None, set(), str(exc)
-        keys = frozenset({key, *rebound}) if key is not None else frozenset()
-        prepared.append(Prepared(slot, record, ev, key, error, keys))
+        key, error, keys = record_keys(slot, record.record_id)
+        prepared.append(Prepared(slot, record, evidence(slot, record), key, error, keys))
     return prepared
+
+
+def record_keys(slot: BackfillSlot, record_id: str) -> tuple[str | None, str, frozenset[str]]:
+    """The record's link key under the slot (None and why, if the id is not a valid
+    identity part), and every key apply locks for it: that one and the rebound ones'."""
+    try:
+        key = slot.key_for(record_id)
+        rebound = {slot.key_for(record_id, p) for p in slot.rebound_from}
+    except InvalidIdentityPart as exc:
+        return None, str(exc), frozenset()
+    return key, "", frozenset({key, *rebound})
 
 
 def lookups(items: Iterable[tuple[BackfillSlot, LegacyRecord]] | Sequence[Prepared]) -> Lookups:

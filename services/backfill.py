@@ -185,19 +185,23 @@ async def stream_backfill(
         objects = [s.backfill.source_object for s in chosen]
         progress.start(sum([await q.count_records(conn, [o]) for o in objects]))
     counts: Counter[str] = Counter()
+
+    def done(decided: Sequence[RecordDecision], records: int) -> None:
+        counts.update(d.outcome.value for d in decided)
+        sink.page(decided)
+        if progress is not None:
+            progress.advance(records)
+
     for slot in chosen:
-        async for page in _pages(conn, slot.backfill.source_object, batch_size):
-            if apply_at is None:
+        source = slot.backfill.source_object
+        if apply_at is None:
+            async for page in _pages(conn, source, batch_size):
                 items = prepare((slot.backfill, r) for r in page)
-                decided = list(decide_batch(items, await stored_facts(conn, items), claimed_twice))
-            else:
-                decided = await apply_page(
-                    conn, pack.pack_install_id, slot, page, claimed_twice, apply_at
-                )
-            counts.update(d.outcome.value for d in decided)
-            sink.page(decided)
-            if progress is not None:
-                progress.advance(len(page))
+                done(decide_batch(items, await stored_facts(conn, items), claimed_twice), len(page))
+        else:
+            async for ids in _id_pages(conn, source, batch_size):
+                args = (pack.pack_install_id, slot, ids, claimed_twice, apply_at)
+                done(await apply_page(conn, *args), len(ids))
     return BackfillSummary(**_run_fields(run), totals=Totals.model_validate(dict(counts)))
 
 
@@ -239,6 +243,14 @@ async def _pages(conn: Conn, source_object: str, size: int) -> AsyncIterator[lis
     while page := await q.record_page(conn, source_object, after, size):
         yield page
         after = page[-1].record_id
+
+
+async def _id_pages(conn: Conn, source_object: str, size: int) -> AsyncIterator[list[str]]:
+    """`_pages`' record ids only: apply re-reads the records under its locks."""
+    after: str | None = None
+    while page := await q.record_id_page(conn, source_object, after, size):
+        yield page
+        after = page[-1]
 
 
 async def _contested(conn: Conn, owner_key: str, slots: Iterable[AdoptSlot]) -> frozenset[Locator]:

@@ -26,10 +26,9 @@ from db.errors import RemoteLocatorClaimedError, invariant_errors
 from db.records import Conn
 from protocol.active import ActiveMetadata
 from protocol.audit import AuditCommand, AuditEntry
-from protocol.backfill import Prepared, decide_batch, lookups, prepare
+from protocol.backfill import Prepared, decide_batch, lookups, prepare, record_keys
 from protocol.backfill_facts import (
     BackfillSlot,
-    LegacyRecord,
     Locator,
     Outcome,
     RecordDecision,
@@ -66,7 +65,7 @@ async def apply_page(
     conn: Conn,
     pack_install_id: str,
     slot: AdoptSlot,
-    page: Sequence[LegacyRecord],
+    record_ids: Sequence[str],
     claimed_twice: frozenset[Locator],
     stamp: tuple[datetime, str],
 ) -> list[RecordDecision]:
@@ -78,9 +77,9 @@ async def apply_page(
         if current is None or current.pack_install_id != pack_install_id:
             raise ActivePackChanged(f"active install is no longer {pack_install_id}")
         # Keys depend on record identity only, so they are known before the re-read.
-        keys = sorted({k for p in prepare((bf, r) for r in page) for k in p.keys})
+        keys = sorted({k for rid in record_ids for k in record_keys(bf, rid)[2]})
         await batches_q.lock_link_keys(conn, keys)
-        fresh = await q.records_by_id(conn, bf.source_object, [r.record_id for r in page])
+        fresh = await q.records_by_id(conn, bf.source_object, record_ids)
         items = prepare((bf, r) for r in fresh)
         decided = decide_batch(items, await stored_facts(conn, items), claimed_twice)
         if await _adopt_all(conn, slot, decided, stamp):
