@@ -11,10 +11,10 @@ import asyncpg
 import pytest
 
 from db.records import Conn
-from protocol.backfill_facts import Outcome, RecordDecision
+from protocol.backfill_facts import Outcome, RecordDecision, RejectReason
 from services.backfill import BackfillRun, apply_backfill, plan_backfill, stream_backfill
 from services.packs import apply_pack
-from tests.db.backfill_support import DEST, MARKER, NOW, OWNER, PROV, RID, SLOT, demo
+from tests.db.backfill_support import DEST, MARKER, NOW, OWNER, PROV, RID, SLOT, demo, put
 
 # Record i (c-0000i) by i % 6: no evidence; adoptable (marker); remote id only (rejected);
 # a remote id shared with the record 6 further on (both rejected, on different pages);
@@ -170,3 +170,38 @@ async def test_no_query_reads_more_than_a_page_and_pages_reach_the_sink_one_by_o
         assert seen == [7] * 42 + [6]
         # The contested query returns the 25 shared remote ids, every other read a page.
         assert sorted(reads)[-2:] == [7, 25], reads
+
+
+async def test_a_remote_id_claimed_during_apply_rejects_that_record_only(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """The page's set-wise insert is refused whole; record by record, only c-2 fails."""
+    async with db_pool.acquire() as conn:
+        await apply_pack(conn, demo())
+        for i in (1, 2, 3):
+            await put(conn, f"c-{i}", {RID: f"r-{i}", PROV: MARKER})
+        # Another key's link takes c-2's remote id just before c-2's link is inserted.
+        await conn.execute(
+            """CREATE FUNCTION race() RETURNS trigger LANGUAGE plpgsql AS $$
+            DECLARE other connector_remote_link;
+            BEGIN
+              IF NEW.source_record_id = 'c-2' AND pg_trigger_depth() = 1 THEN
+                other := NEW;
+                other.link_key := 'lk1_' || repeat('f', 64);
+                other.source_record_id := 'c-other';
+                INSERT INTO connector_remote_link SELECT other.*;
+              END IF;
+              RETURN NEW;
+            END $$;
+            CREATE TRIGGER race BEFORE INSERT ON connector_remote_link
+            FOR EACH ROW EXECUTE FUNCTION race()"""
+        )
+        report = await apply_backfill(conn, OWNER, [SLOT], now=NOW)
+        linked = await conn.fetch("SELECT source_record_id FROM connector_remote_link ORDER BY 1")
+    outcomes = {d.record_id: (d.outcome, d.reason) for d in report.decisions}
+    assert outcomes == {
+        "c-1": (Outcome.ADOPTED, None),
+        "c-2": (Outcome.REJECTED, RejectReason.REMOTE_ID_CLAIMED_TWICE),
+        "c-3": (Outcome.ADOPTED, None),
+    }
+    assert [r["source_record_id"] for r in linked] == ["c-1", "c-3"]
