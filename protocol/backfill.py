@@ -17,7 +17,7 @@ formats are accepted, live in `protocol.backfill_evidence`):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from protocol.backfill_evidence import (
@@ -129,15 +129,22 @@ class Prepared:
         return claims_in(self.slot, self.evidence)
 
 
-def prepare(items: Iterable[tuple[BackfillSlot, LegacyRecord]]) -> list[Prepared]:
+Keys = tuple[str | None, str, frozenset[str]]
+
+
+def prepare(
+    items: Iterable[tuple[BackfillSlot, LegacyRecord]], known: Mapping[str, Keys] | None = None
+) -> list[Prepared]:
+    """`known`: `record_keys` already computed, by record id (one slot's records only)."""
     prepared: list[Prepared] = []
     for slot, record in items:
-        key, error, keys = record_keys(slot, record.record_id)
+        found = known.get(record.record_id) if known is not None else None
+        key, error, keys = found or record_keys(slot, record.record_id)
         prepared.append(Prepared(slot, record, evidence(slot, record), key, error, keys))
     return prepared
 
 
-def record_keys(slot: BackfillSlot, record_id: str) -> tuple[str | None, str, frozenset[str]]:
+def record_keys(slot: BackfillSlot, record_id: str) -> Keys:
     """The record's link key under the slot (None and why, if the id is not a valid
     identity part), and every key apply locks for it: that one and the rebound ones'."""
     try:

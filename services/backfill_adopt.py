@@ -77,10 +77,10 @@ async def apply_page(
         if current is None or current.pack_install_id != pack_install_id:
             raise ActivePackChanged(f"active install is no longer {pack_install_id}")
         # Keys depend on record identity only, so they are known before the re-read.
-        keys = sorted({k for rid in record_ids for k in record_keys(bf, rid)[2]})
-        await batches_q.lock_link_keys(conn, keys)
+        known = {rid: record_keys(bf, rid) for rid in record_ids}
+        await batches_q.lock_link_keys(conn, sorted({k for _, _, ks in known.values() for k in ks}))
         fresh = await q.records_by_id(conn, bf.source_object, record_ids)
-        items = prepare((bf, r) for r in fresh)
+        items = prepare(((bf, r) for r in fresh), known)
         decided = decide_batch(items, await stored_facts(conn, items), claimed_twice)
         if await _adopt_all(conn, slot, decided, stamp):
             return [_adopted(d) for d in decided]
