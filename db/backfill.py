@@ -22,27 +22,28 @@ COUNT_RECORDS: Final = """
 SELECT count(*) FROM crm_record WHERE source_object = ANY($1::text[])
 """
 
-# Keyset pages in record-id order (deleted records included: they are reported).
-SELECT_RECORD_PAGE: Final = """
-SELECT source_object, record_id, fields::text AS fields, deleted
-FROM crm_record
-WHERE source_object = $1 AND ($2::text IS NULL OR record_id > $2 COLLATE "C")
-ORDER BY record_id COLLATE "C"
-LIMIT $3
+# Keyset pages in record-id order (deleted records included: they are reported), in the
+# database's collation so that the primary key's index serves every page whatever the
+# cluster's locale; `{after}` is empty for the first page, else `AND record_id > $2`
+# (two statements, so that a cached generic plan never loses the index range).
+_RECORD_PAGE: Final = """
+SELECT {columns} FROM crm_record
+WHERE source_object = $1 {after}
+ORDER BY record_id
+LIMIT ${limit}
 """
-
-SELECT_RECORD_ID_PAGE: Final = """
-SELECT record_id FROM crm_record
-WHERE source_object = $1 AND ($2::text IS NULL OR record_id > $2 COLLATE "C")
-ORDER BY record_id COLLATE "C"
-LIMIT $3
-"""
+_RECORD: Final = "source_object, record_id, fields::text AS fields, deleted"
+_AFTER: Final = "AND record_id > $2"
+SELECT_RECORD_PAGE: Final = _RECORD_PAGE.format(columns=_RECORD, after=_AFTER, limit=3)
+SELECT_FIRST_RECORD_PAGE: Final = _RECORD_PAGE.format(columns=_RECORD, after="", limit=2)
+SELECT_RECORD_ID_PAGE: Final = _RECORD_PAGE.format(columns="record_id", after=_AFTER, limit=3)
+SELECT_FIRST_RECORD_ID_PAGE: Final = _RECORD_PAGE.format(columns="record_id", after="", limit=2)
 
 SELECT_RECORDS: Final = """
 SELECT source_object, record_id, fields::text AS fields, deleted
 FROM crm_record
 WHERE source_object = $1 AND record_id = ANY($2::text[])
-ORDER BY record_id COLLATE "C"
+ORDER BY record_id
 """
 
 _LINK_FACT: Final = """
@@ -132,14 +133,21 @@ async def record_page(
     conn: Conn, source_object: str, after: str | None, limit: int
 ) -> list[LegacyRecord]:
     """Up to `limit` records of `source_object` after record id `after` (None: from the start)."""
-    return [_record(r) for r in await conn.fetch(SELECT_RECORD_PAGE, source_object, after, limit)]
+    if after is None:
+        rows = await conn.fetch(SELECT_FIRST_RECORD_PAGE, source_object, limit)
+    else:
+        rows = await conn.fetch(SELECT_RECORD_PAGE, source_object, after, limit)
+    return [_record(r) for r in rows]
 
 
 async def record_id_page(
     conn: Conn, source_object: str, after: str | None, limit: int
 ) -> list[str]:
     """`record_page`'s record ids only (apply re-reads the records under its locks)."""
-    rows = await conn.fetch(SELECT_RECORD_ID_PAGE, source_object, after, limit)
+    if after is None:
+        rows = await conn.fetch(SELECT_FIRST_RECORD_ID_PAGE, source_object, limit)
+    else:
+        rows = await conn.fetch(SELECT_RECORD_ID_PAGE, source_object, after, limit)
     return [r["record_id"] for r in rows]
 
 
