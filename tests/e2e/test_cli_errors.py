@@ -1,14 +1,14 @@
 """One error path for the whole CLI (issue 13, SPEC NF-2 and §12): every infrastructure or
 input error is one line on stderr naming what failed, the setting or file, and what to
 do, with the documented exit code (2 bad input, 5 Postgres/Temporal unreachable or
-misconfigured); `--debug` shows the traceback. Each command class runs as a real
-process, so what is asserted is exactly what a user's terminal shows."""
+misconfigured); `--debug` shows the traceback. Each command runs as a process of its own
+(forked from tests/cli_zygote.py's server, which has the imports done), so what is asserted
+is what a user's terminal shows."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +17,7 @@ import yaml
 
 from cli.stack.devconfig import DEFAULT_PATH, REPO_ROOT
 from cli.stack.process import free_port, free_ports
+from tests.cli_process import run_cli
 from tests.fixtures.postgres import PgServer
 
 PACK = str(REPO_ROOT / "examples" / "demo-pack.yaml")
@@ -31,16 +32,9 @@ WHO = ["--operator", "ops", "--reason", "test"]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`connector-push ARGS` as its own process (forked from tests/cli_zygote.py's server)."""
     base = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "TEMPORAL_ADDRESS"}}
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env={**base, **(env or {})},
-        timeout=90,
-        check=False,
-    )
+    return run_cli(args, env={**base, **(env or {})}, cwd=REPO_ROOT, timeout=90)
 
 
 def assert_one_line(result: subprocess.CompletedProcess[str], code: int, *words: str) -> str:
