@@ -28,10 +28,14 @@ log = logging.getLogger(__name__)
 
 
 # Pure or I/O-bound modules that workflow code references but never runs inside the
-# sandbox: passing them through is configured here once (STYLE rule 5). The three
-# workflow helpers are pure (functions and frozen constants, no module state), and the
-# sandbox would otherwise re-import them for every new workflow instance: profiled, the
-# re-imports were a third of the worker's time per create (issue 16).
+# sandbox: passing them through is configured here once (STYLE rule 5). The four
+# workflow helpers are pure (functions and constants, no module state, nothing
+# non-deterministic imported), and the sandbox would otherwise re-import them for every
+# new workflow instance: profiled, the re-imports were a third of the worker's time per
+# create (issue 16). Modules holding workflow code (workflows.link, link_operator) stay
+# sandboxed although re-importing them is the largest CPU cost of a new run (~10 ms
+# profiled, issue 32 item 5): the sandbox is what fails a workflow task that reaches for
+# the clock, randomness or I/O, and what keeps one run's module state from the next's.
 PASSTHROUGH_MODULES = (
     "protocol",
     "activities",
@@ -40,6 +44,7 @@ PASSTHROUGH_MODULES = (
     "httpx",
     "asyncpg",
     "workflows.details",
+    "workflows.link_retries",
     "workflows.refusals",
     "workflows.search_attributes",
 )
