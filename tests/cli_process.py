@@ -27,9 +27,13 @@ _server: tuple[subprocess.Popen[bytes], str, str] | None = None
 def _start() -> tuple[subprocess.Popen[bytes], str, str]:
     workdir = tempfile.mkdtemp(prefix="cp-cli-zygote-")
     path = os.path.join(workdir, "cli.sock")
+    # No terminal size: rich reads COLUMNS/LINES when a module's Console is built, which
+    # here is at the server's imports, not at each command's start (tests/conftest.py).
+    env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "LINES"}}
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.cli_zygote", path],
         cwd=REPO_ROOT,
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
     )

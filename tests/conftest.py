@@ -24,4 +24,10 @@ if os.environ.get(USE_ENV) != "1":
     for name in SHELL_EXPORTS:
         os.environ.pop(name, None)
 
+# pytest-xdist's workers inherit COLUMNS=80 and LINES=24 from the controller's terminal;
+# the CLI run in-process (or forked, tests/cli_zygote.py) would take them for the
+# terminal's size and fold piped tables to 80 columns, as no piped process does.
+for name in ("COLUMNS", "LINES"):
+    os.environ.pop(name, None)
+
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.temporal", "tests.fixtures.schedule"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import asyncpg
@@ -20,6 +19,7 @@ from cli.stack.devconfig import DEFAULT_PATH, REPO_ROOT, load_dev_config
 from cli.stack.lock import DataDirLock, StackInfo, StackRunning
 from cli.stack.process import free_port
 from protocol.identity import link_key
+from tests.cli_process import run_cli
 
 SAVE = [
     "save",
@@ -34,15 +34,7 @@ def run(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
     # stdout is a pipe here, as in `connector-push … | grep`; no COLUMNS from the shell.
     env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "TEMPORAL_ADDRESS"}}
     env.update(DATABASE_URL=dsn, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env=env,
-        timeout=90,
-        check=False,
-    )
+    return run_cli(args, env=env, cwd=REPO_ROOT, timeout=90)
 
 
 def test_piped_tables_keep_whole_link_keys(demo_db: asyncpg.Pool, db_dsn: str) -> None:
