@@ -177,6 +177,7 @@ async def wait_for_pollers(client: Client, task_queue: str, count: int) -> None:
 
 
 @pytest.mark.slow(seconds=50)
+@pytest.mark.timeout(300)  # paced by the profile's windows; ~50 s quiet, 111 s loaded
 async def test_two_worker_processes_keep_every_window_within_the_profile_limit(
     db_pool: asyncpg.Pool,
     temporal_client: Client,
@@ -201,6 +202,7 @@ async def test_two_worker_processes_keep_every_window_within_the_profile_limit(
 
 
 @pytest.mark.slow(seconds=40)
+@pytest.mark.timeout(300)
 async def test_a_burst_takes_as_long_as_the_profile_limit_says(
     db_pool: asyncpg.Pool,
     temporal_client: Client,
