@@ -39,10 +39,12 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Two test processes, each with its own Postgres, Temporal dev server and sandbox (the
-# session fixtures): most of the suite waits on timers and servers, so two cut the wall
-# time on this 2-core box from 18 to 11.5 minutes. TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 2
+# Four test processes, each with its own Postgres, Temporal dev server, sandbox and CLI
+# fork server (the session fixtures): once the CLI tests stopped paying ~3 s of imports per
+# command (issue 31), most of the suite waits on timers and servers rather than the CPU,
+# so more processes than cores overlap the waits; the long tests start first
+# (tests/fixtures/schedule.py). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 4
 pytest: bytecode
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
