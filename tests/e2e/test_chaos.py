@@ -1,8 +1,10 @@
 """`make test` runs a short seeded chaos campaign (issue 10 deliverable 8, SPEC §14, NF-4).
 
-Thirty seconds of faults (seed 10): the sandbox's fault rules, a worker kill or two and
-a few restarts or remote outages land, and the checker judges them (the test asserts
-faults were injected), while `make test` keeps to its budget (issue 31). The long
+Fifteen seconds of faults (seed 10): the sandbox's fault rules, a worker kill and a
+restart or remote outage land, and the checker judges them after the settle (the test
+asserts faults were injected), while `make test` keeps to its budget (issue 31: 30 s of
+faults cost 149 s of CPU and 249 s of wall time, settling and the operator's real CLI
+processes included). The long
 outage past the retry budget and the rarer draws need the full campaign, `make chaos`
 (600 s by default; seeds and figures in docs/testing-and-benchmarks.md).
 
@@ -32,12 +34,12 @@ Row = dict[str, Any]
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = "10"
-SECONDS = "30"
-# Stack start, 30 s of faults, the settle phase (bounded by CHAOS_SETTLE_SECONDS) and checks.
+SECONDS = "15"
+# Stack start, 15 s of faults, the settle phase (bounded by CHAOS_SETTLE_SECONDS) and checks.
 TIMEOUT_S = 900
 
 
-@pytest.mark.slow(seconds=70)
+@pytest.mark.slow(seconds=150)
 @pytest.mark.timeout(TIMEOUT_S)
 def test_seeded_chaos_campaign_keeps_every_guarantee(tmp_path: Path) -> None:
     results = tmp_path / "chaos.json"

@@ -24,6 +24,7 @@ from protocol.event_identity import (
     identities,
     receipt_identity,
 )
+from tests.examples import examples
 
 
 def reference_canonical(value: Decimal) -> str:
@@ -62,7 +63,7 @@ DECIMALS = st.decimals(allow_nan=False, allow_infinity=False) | st.builds(
 )
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(DECIMALS)
 def test_canonical_decimal_equals_the_digit_tuple_reading(value: Decimal) -> None:
     assert canonical_decimal(value) == reference_canonical(value)
@@ -95,7 +96,7 @@ JSON_VALUES = st.recursive(
 )
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(JSON_VALUES)
 def test_dump_exact_json_equals_the_json_dumps_reading(value: object) -> None:
     assert dump_exact_json(value) == reference_dump(value)
@@ -131,7 +132,7 @@ def outcome(compute: Callable[..., object], *args: object) -> object:
         return IdentityError
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(EVENTS)
 def test_identities_equal_the_separate_functions(event: dict[str, object]) -> None:
     for rule in RULES:

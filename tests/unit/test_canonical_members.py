@@ -14,6 +14,7 @@ from pydantic import JsonValue
 from protocol.canonical import canonical_json, digest, join_members, object_members, value_text
 from protocol.link_row import ROW_DIGEST_ALGORITHM, LinkRowState, after_state, link_row_digest
 from protocol.revalidation import project_receipt
+from tests.examples import examples
 from tests.unit.test_revalidation_manifest import manifest, row
 
 # Any text JSON can hold: control characters, quotes, backslashes, non-ASCII, astral.
@@ -27,7 +28,7 @@ JSON: st.SearchStrategy[JsonValue] = st.recursive(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.dictionaries(TEXT, JSON, max_size=8))
 def test_joined_members_are_the_objects_canonical_json(value: dict[str, JsonValue]) -> None:
     assert join_members(object_members(value)).encode("utf-8") == canonical_json(value)
@@ -46,7 +47,7 @@ def test_a_member_replaced_is_the_object_with_that_value() -> None:
     )
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(TEXT, TEXT, st.none() | TEXT, JSON)
 def test_row_digests_are_the_digests_of_the_models_json_dumps(
     remote_id: str, template: str, version: str | None, snapshot: JsonValue

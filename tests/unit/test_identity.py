@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from protocol.identity import InvalidIdentityPart, LinkIdentity, link_key
+from tests.examples import examples
 
 
 def independent_key(*parts: str) -> str:
@@ -96,7 +97,7 @@ parts_tuple = st.tuples(part, part, part, part, part)
 
 
 @given(st.lists(parts_tuple, min_size=2, max_size=60, unique=True))
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 def test_distinct_part_tuples_never_collide(samples: list[tuple[str, ...]]) -> None:
     valid = [p for p in samples if all(x == x.strip() for x in p)]
     keys = {link_key(*p) for p in valid}
