@@ -49,6 +49,11 @@ async def test_remote_422_is_terminal_blocks_saves_until_superseded(rig: Rig) ->
     assert await creates(stack, "contacts") == []
 
     await stack.sandbox.clear_faults()
+    # The parked run has loaded the link's state (its validator refuses "still loading"
+    # before that, as the UI would show an operator who clicked too early).
+    await eventually(
+        lambda: stack.handle(key).query(LinkWorkflow.state), lambda view: view.needs_operator
+    )
     result = await stack.handle(key).execute_update(
         LinkWorkflow.supersede,
         SupersedeInput(operator="ops@example.com", reason="payload fixed upstream"),
