@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test check lint fmt pytest bench chaos clean-dev venv bytecode
+.PHONY: dev test check lint fmt pytest bench bench-scale chaos clean-dev venv bytecode
 
 # (Re)install when the venv is missing or pyproject.toml is newer than the last install.
 $(STAMP): pyproject.toml
@@ -59,6 +59,11 @@ check: lint
 # ONLY=P4 (or P1,P5 ...) runs those parts alone; see bench/__main__.py.
 bench: bytecode
 	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY))
+
+# Issue 34 item 5: N = 100,000 and 1,000,000 on a stock Postgres (bench/scale); parts alone
+# with ONLY=listing,revalidation,push,backfill, one size with N=100000.
+bench-scale: bytecode
+	$(BIN)/python -m bench.scale $(if $(N),--n $(N)) $(if $(ONLY),--only $(ONLY))
 
 # Seeded fault campaign (issue 10): CHAOS_SEED (default 1), CHAOS_SECONDS (default 600).
 chaos: bytecode
