@@ -6,8 +6,18 @@ between its claim and its checkpoint, the window REC-1 fencing must cover.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 
 class DispatchHooks:
+    # How long a run waiting for a daily quota sleeps before it looks again; None: until
+    # the quota's reset (one timer per wait). A test with a moved clock sets a second.
+    quota_recheck_s: float | None = None
+
+    def now(self) -> datetime:
+        """The clock daily quotas count days by (issue 33 item 3); a test moves it."""
+        return datetime.now(UTC)
+
     async def before_checkpoint(self, attempt_id: str) -> None:
         """Called after the claim committed: before the RemoteIOStartedAt CAS where the two
         are separate (profiles without replay-safe idempotency or a locator contract),

@@ -21,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.link_answers import CreateAnswers, SentTry
-from activities.link_base import fail
+from activities.link_base import QuotaExhausted, fail
 from db import journal as jq
 from db import links as q
 from db.records import Conn
@@ -100,6 +100,12 @@ class LinkActivities(CreateAnswers):
         return await self._send(input.link_key, plan)
 
     async def _plan(self, key: str) -> _Plan:
+        try:
+            return await self._plan_send(key)
+        except QuotaExhausted as exhausted:  # the claim rolled back: nothing was written
+            return await self._quota_wait(key, exhausted.wait)
+
+    async def _plan_send(self, key: str) -> _Plan:
         async with self._tx(key) as conn:
             await q.lock_link_key(conn, key)
             attempt = await q.occupying_attempt(conn, key)
@@ -110,7 +116,12 @@ class LinkActivities(CreateAnswers):
                 return fail(E.LANE_NOT_CLAIMABLE, f"lane {attempt['dispatch_lane']!r}", view)
             request = request_of(attempt)
             decision = next_step(await attempt_recovery(conn, attempt, request.profile))
-            return await self._resume(conn, key, attempt, request, decision)
+            plan = await self._resume(conn, key, attempt, request, decision)
+            if isinstance(plan, _Send | _Lookup):  # a request will leave: its daily quota
+                await self._spend(
+                    conn, plan.request.remote_scope, plan.request.profile.credential_ref
+                )
+            return plan
 
     async def _resume(
         self,
@@ -180,7 +191,12 @@ class LinkActivities(CreateAnswers):
             attempt = await q.occupying_attempt(conn, key)
             if attempt is None or attempt["claim_token"] != plan.token:
                 return None
-            return await self._drift_gate(conn, key, attempt)
+            refusal = await self._drift_gate(conn, key, attempt)
+            if refusal is None:  # the re-send is a second request: its own daily quota
+                await self._spend(
+                    conn, plan.request.remote_scope, plan.request.profile.credential_ref
+                )
+            return refusal
 
     async def _claim(
         self,
@@ -297,7 +313,10 @@ class LinkActivities(CreateAnswers):
                 # remote's uniqueness on the locator refuses a duplicate of a late one.
                 # The re-send is a send like any other: the attempt-side drift check runs
                 # first (C-5). A found object (above) finalizes whatever drifted.
-                refusal = await self._resend_gate(key, plan)
+                try:
+                    refusal = await self._resend_gate(key, plan)
+                except QuotaExhausted as exhausted:
+                    return await self._quota_wait(key, exhausted.wait)
                 if refusal is not None:
                     raise refusal
                 resend = _Send(plan.attempt_id, plan.token, request, None)

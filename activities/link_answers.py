@@ -16,6 +16,7 @@ from activities.patch_dispatch import PatchDispatch
 from db import links as q
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
+from protocol.daily_quota import names_daily_policy
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import (
     StepKind,
@@ -33,6 +34,7 @@ from protocol.outcome import (
     body_hash,
 )
 from protocol.recovery import Decision, Step, next_step, on_definite_rejection
+from services import daily_quota
 from services.cas import require_cas
 from services.evidence import attempt_recovery, owner_of_remote_id, record_try, retry_delay
 from services.mirror import finalize_with_mirror
@@ -108,11 +110,20 @@ class CreateAnswers(PatchDispatch):
             await record_try(conn, sent.journal_id, obs)
             attempt = await q.attempt_by_id(conn, sent.attempt_id)
             assert attempt is not None, "attempts are never deleted"
-            profile = request_of(attempt).profile
+            request = request_of(attempt)
+            profile = request.profile
             recovery = await attempt_recovery(conn, attempt, profile)
             decision = next_step(recovery.model_copy(update={"now": obs.now}))
             if decision.step in {Step.PARK_AMBIGUOUS, Step.TERMINAL}:
                 refusal = await self._park_planned(conn, key, sent.attempt_id, decision)
+            elif names_daily_policy(obs.status, obs.body):
+                wait = await daily_quota.refuse_day(
+                    self._pool,
+                    conn,
+                    request.remote_scope,
+                    profile.credential_ref,
+                    self._hooks.now(),
+                )
             else:
                 delay = retry_delay(outcome.retry_after_seconds, profile)
                 view = await self._view(conn, key)
@@ -120,7 +131,10 @@ class CreateAnswers(PatchDispatch):
                 return StepResult(
                     kind=StepKind.RETRY_LATER, view=view, detail=detail, retry_after_seconds=delay
                 )
-        raise refusal
+        if decision.step in {Step.PARK_AMBIGUOUS, Step.TERMINAL}:
+            raise refusal
+        # The remote's daily limit: the whole budget waits for the reset (issue 33 item 3).
+        return await self._quota_wait(key, wait)
 
     async def _rejected(self, key: str, sent: SentTry, obs: Observation) -> StepResult:
         """POST-4 as corrected by C-1: a definite rejection ends the attempt terminal only

@@ -16,8 +16,11 @@ from temporalio.exceptions import ApplicationError
 from activities.hooks import DispatchHooks
 from db import links as q
 from db.records import Conn
+from protocol.daily_quota import wait_seconds, waiting_detail
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import LinkView, StepKind, StepResult
+from services import daily_quota
+from services.daily_quota import QuotaWait
 from services.rows import view_of
 
 # Writes a try's checkpoint and journal row under its claim; None: another claim owns it.
@@ -32,6 +35,14 @@ def fail(kind: E, message: str, view: LinkView) -> ApplicationError:
     return ApplicationError(
         message, view.model_dump(mode="json"), type=kind.value, non_retryable=True
     )
+
+
+class QuotaExhausted(Exception):
+    """Raised inside a claim's transaction to roll it back: the budget's day is spent."""
+
+    def __init__(self, wait: QuotaWait) -> None:
+        super().__init__(wait.resets_at.isoformat())
+        self.wait = wait
 
 
 class LinkActivityBase:
@@ -57,6 +68,30 @@ class LinkActivityBase:
             if journal_id is None:
                 raise fail(E.TRANSITION_CONFLICT, lost, await self._view(conn, key))
         return journal_id
+
+    async def _spend(self, conn: Conn, remote_scope: str, credential_ref: str) -> None:
+        """Spend one request of the budget's daily quota in `conn`'s transaction (the one
+        that claims the send), or raise `QuotaExhausted` to roll the claim back."""
+        now = self._hooks.now()
+        wait = await daily_quota.spend_or_wait(self._pool, conn, remote_scope, credential_ref, now)
+        if wait is not None:
+            raise QuotaExhausted(wait)
+
+    async def _quota_wait(self, key: str, wait: QuotaWait) -> StepResult:
+        """The link waits for its budget's daily quota (issue 33 item 3): not parked, not
+        failed; the workflow sleeps until the reset (a durable timer) and looks again."""
+        async with self._pool.acquire() as conn:
+            view = await self._view(conn, key)
+        detail = waiting_detail(wait.resets_at)
+        log.info(detail, extra={"link_key": key})
+        return StepResult(
+            kind=StepKind.RETRY_LATER,
+            view=view.model_copy(update={"quota_wait_until": wait.resets_at}),
+            detail=detail,
+            retry_after_seconds=wait_seconds(
+                self._hooks.now(), wait.resets_at, self._hooks.quota_recheck_s
+            ),
+        )
 
     @asynccontextmanager
     async def _tx(self, key: str) -> AsyncIterator[Conn]:

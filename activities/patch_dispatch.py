@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from pydantic import JsonValue
 from temporalio import activity
 
-from activities.link_base import LinkActivityBase
+from activities.link_base import LinkActivityBase, QuotaExhausted
 from db import journal as jq
 from db import links as q
+from protocol.daily_quota import names_daily_policy
 from protocol.messages import StepKind, StepResult
 from protocol.outcome import (
     Observation,
@@ -28,18 +29,23 @@ from protocol.outcome import (
 from protocol.readback import readback_matches, readback_path
 from protocol.recovery import Step, on_patch_conflict
 from protocol.snapshots import LinkSnapshot, ProfileSnapshot
-from services import remote
+from services import daily_quota, remote
 from services.patch import PatchSend, plan_patch, record_outcome
 
 
 class PatchDispatch(LinkActivityBase):
     async def _dispatch_patch(self, key: str) -> StepResult:
         """Claim the queued PATCH, gate it, send it to the link's remote id, record the outcome."""
-        async with self._tx(key) as conn:
-            await q.lock_link_key(conn, key)
-            plan = await plan_patch(conn, key)
-            if plan is None:
-                return await self._settled(conn, key)
+        try:
+            async with self._tx(key) as conn:
+                await q.lock_link_key(conn, key)
+                plan = await plan_patch(conn, key)
+                if plan is None:
+                    return await self._settled(conn, key)
+                # The PATCH (or its read-back) spends the daily quota under its claim.
+                await self._spend(conn, plan.link.remote_scope, plan.link.profile.credential_ref)
+        except QuotaExhausted as exhausted:  # the claim rolled back: nothing was written
+            return await self._quota_wait(key, exhausted.wait)
         journal_id: int | None = None
         outcome: PatchOutcome
         if plan.read_back_only:
@@ -67,7 +73,17 @@ class PatchDispatch(LinkActivityBase):
         async with self._tx(key) as conn:
             await q.lock_link_key(conn, key)
             after = await record_outcome(conn, plan, journal_id, outcome, obs)
-            if isinstance(after, float):
+            daily = isinstance(after, float) and names_daily_policy(obs.status, obs.body)
+            if daily:  # the remote's daily limit: the whole budget waits (issue 33 item 3)
+                link = plan.link
+                wait = await daily_quota.refuse_day(
+                    self._pool,
+                    conn,
+                    link.remote_scope,
+                    link.profile.credential_ref,
+                    self._hooks.now(),
+                )
+            elif isinstance(after, float):
                 view = await self._view(conn, key)
                 detail = f"PATCH answered {obs.status} (not applied); re-sending in {after} s"
                 return StepResult(
@@ -75,6 +91,9 @@ class PatchDispatch(LinkActivityBase):
                 )
             if after is None:
                 return await self._settled(conn, key)
+        if daily:
+            return await self._quota_wait(key, wait)
+        assert not isinstance(after, float | None)
         raise after  # a Temporal retry, now that this try's outcome is durable
 
     async def _resolve_conflict(

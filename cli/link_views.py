@@ -60,10 +60,13 @@ def _run(dsn: str, query: Callable[[asyncpg.Connection], Coroutine[Any, Any, T]]
 
 async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dict[str, Any]:
     """Everything Postgres holds about one key, JSON-ready (empty lists when none)."""
+    from datetime import UTC, datetime
+
     from db import journal as journal_q
     from db import key_view as kq
     from db import links as links_q
     from protocol.park import park_reason, remedy_for
+    from services.daily_quota import link_waiting_until
     from services.rows import view_of
 
     link = await kq.link_row(conn, key)
@@ -80,6 +83,8 @@ async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dic
         "link_key": key,
         "park_reason": reason.value if reason else None,
         "remedy": remedy_for(reason, link_view.suspend_reason).what if reason else None,
+        # Issue 33 item 3: not parked; the run resumes by itself at the quota's reset.
+        "waiting_for_daily_quota_until": await link_waiting_until(conn, key, datetime.now(UTC)),
         "link": link_data,
         "attempts": attempts,
         "patches": [
@@ -103,6 +108,11 @@ def _print_show(view: dict[str, Any]) -> None:
         console.print(
             f"[bold red]needs operator: {view['park_reason']}[/] {escape(view['remedy'])}"
         )
+    if view["waiting_for_daily_quota_until"]:
+        from protocol.daily_quota import waiting_detail
+
+        until = view["waiting_for_daily_quota_until"]
+        console.print(f"[bold]{waiting_detail(until)}[/] (not parked: resumes by itself)")
     if view["link"] is None:
         console.print("link: no link yet (a create is pending, parked or failed)")
     else:

@@ -106,6 +106,20 @@ def _oldest(s: StatusSnapshot) -> str:
     )
 
 
+def _daily_quotas(s: StatusSnapshot) -> list[str]:
+    """A line per budget with a daily quota (issue 33 item 3): spent of its share, the reset."""
+    lines = []
+    for d in s.daily_quotas:
+        allowance = "-" if d.allowance is None else str(d.allowance)
+        state = "waiting for the daily quota" if d.waiting else "spending"
+        why = " (the remote refused the day)" if d.refused_by_remote else ""
+        lines.append(
+            f"daily quota {escape(d.budget_key)}: {d.spent} of {allowance} spent, {state}{why}"
+            f" until {d.resets_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+        )
+    return lines
+
+
 def render(s: StatusSnapshot) -> Group:
     return Group(
         f"[bold]connector-push status[/] at {s.taken_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
@@ -114,6 +128,7 @@ def render(s: StatusSnapshot) -> Group:
         _counts("suspended by surface", s.suspended_by_surface, "nothing suspended"),
         _activity(s),
         _oldest(s),
+        *_daily_quotas(s),
     )
 
 

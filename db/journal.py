@@ -145,6 +145,7 @@ async def record_outcome(
     response_hash: str | None,
     retry_after_seconds: float | None,
     remote_id: str | None = None,
+    daily_refusal: bool = False,
 ) -> bool:
     """Fill a try's transport outcome (and the remote id a create's answer named), once:
     the guard refuses a second write."""
@@ -152,7 +153,7 @@ async def record_outcome(
         """
         UPDATE connector_send_journal
         SET outcome = $2, status = $3, response_hash = $4, retry_after_seconds = $5,
-            remote_id = $6, outcome_at = now()
+            remote_id = $6, daily_refusal = $7, outcome_at = now()
         WHERE journal_id = $1 AND outcome IS NULL
         RETURNING 1
         """,
@@ -162,6 +163,7 @@ async def record_outcome(
         response_hash,
         retry_after_seconds,
         remote_id,
+        daily_refusal,
     )
     return row is not None
 

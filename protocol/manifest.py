@@ -6,13 +6,21 @@ problem is reported as `path: message` naming the manifest field.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 from pydantic import model_validator as _model_validator
 from pydantic.alias_generators import to_camel
 
@@ -26,6 +34,7 @@ from protocol.pack_fields import (
     Regex,
     ResponseIdPath,
     StableId,
+    TimeZoneName,
     UpdatePath,
 )
 from protocol.storable import MEANINGS, location_text, unstorable_at
@@ -147,15 +156,56 @@ class LocatorRecovery(PackModel):
     lookup_path: LookupPath
 
 
+def daily_allowance(quota: int, share: float) -> int:
+    """Requests per day this product may spend: the share of the quota, rounded down (a
+    share is never exceeded). The epsilon absorbs binary fractions (10 x 0.3 is 3)."""
+    return math.floor(quota * share + 1e-9)
+
+
+_DAILY_FIELDS: Final = (
+    "daily_quota",
+    "daily_share",
+    "daily_reset_time_zone",
+    "dailyQuota",
+    "dailyShare",
+    "dailyResetTimeZone",
+)
+
+
 class RateLimit(PackModel):
     """The remote's request budget (SPEC PROF-3): at most `requests` per `per_seconds`."""
 
     requests: int = Field(ge=1)
     per_seconds: float = Field(gt=0, le=86_400)
+    # Issue 33 item 3: the remote's daily quota, the share of it this product may spend,
+    # and the zone whose midnight resets it (protocol.daily_quota).
+    daily_quota: int | None = Field(default=None, ge=1)
+    daily_share: float = Field(default=1.0, gt=0, le=1)
+    daily_reset_time_zone: TimeZoneName = "UTC"
 
     @property
     def per_second(self) -> float:
         return self.requests / self.per_seconds
+
+    @model_serializer(mode="wrap")
+    def _without_an_undeclared_quota(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A limit without a daily quota dumps as before it existed: the manifest's digest
+        of a pack that declares none is unchanged (the same pack applies unchanged)."""
+        data = handler(self)
+        if self.daily_quota is None and isinstance(data, dict):
+            for name in _DAILY_FIELDS:
+                data.pop(name, None)
+        return data
+
+    @_model_validator(mode="after")
+    def _daily_share_of_a_quota(self) -> RateLimit:
+        # Their defaults pass: a dumped manifest carries them and must parse again.
+        if self.daily_quota is None:
+            if self.daily_share != 1.0 or self.daily_reset_time_zone != "UTC":
+                raise ValueError("dailyShare and dailyResetTimeZone need a dailyQuota")
+        elif daily_allowance(self.daily_quota, self.daily_share) < 1:
+            raise ValueError("dailyQuota x dailyShare allows no request a day (below 1)")
+        return self
 
 
 class Profile(PackModel):

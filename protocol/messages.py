@@ -94,6 +94,9 @@ class LinkView(Message):
     patch_tries_may_have_landed: int = 0
     # Set by the workflow's `state` query once the run has read Postgres.
     loaded: bool = False
+    # Issue 33 item 3: the link's budget has spent its daily quota (or the remote refused
+    # the day); the run sends nothing before this instant.
+    quota_wait_until: datetime | None = None
 
     @property
     def needs_operator(self) -> bool:

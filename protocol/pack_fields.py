@@ -103,6 +103,20 @@ def _regex(value: str) -> str:
     return value
 
 
+def _time_zone(value: str) -> str:
+    # Issue 33 item 3: the zone whose midnight resets a daily quota (IANA name).
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise ValueError(
+            f"not an IANA time zone name like UTC or America/New_York: {value!r}"
+        ) from error
+    return value
+
+
 HttpErrorStatus = Annotated[int, AfterValidator(_http_error_status)]
+TimeZoneName = Annotated[str, AfterValidator(_time_zone)]
 BaseUrl = Annotated[str, AfterValidator(_base_url)]
 Regex = Annotated[str, AfterValidator(_regex)]

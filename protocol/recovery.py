@@ -57,6 +57,8 @@ class JournalEntry(Snapshot):
     not_applied_statuses: tuple[int, ...] = ()
     sending_at: datetime | None = None
     retry_after_seconds: float | None = None
+    # A 429 naming the remote's daily policy: the budget's day ended (issue 33 item 3).
+    daily_refusal: bool = False
 
 
 def definite_rejection(kind: SendKind, status: int) -> bool:
@@ -186,6 +188,11 @@ def _settled(ctx: RecoveryInput) -> Decision | None:
 def _budget_spent(ctx: RecoveryInput) -> str | None:
     """PROF-1: "not applied" waits are bounded by time, not by the retry count."""
     refusals = [e for e in ctx.journal if not_applied(e) and e.sending_at is not None]
+    # A daily refusal waits for the quota's reset, however long: the budget counts the
+    # remote's refusals after the newest one, never the day's wait itself.
+    daily = [i for i, e in enumerate(refusals) if e.daily_refusal]
+    if daily:
+        refusals = refusals[daily[-1] + 1 :]
     if not refusals or ctx.now is None:
         return None
     first = refusals[0].sending_at

@@ -7,10 +7,10 @@ the metrics endpoint can never disagree about a number.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 # Rates are counted over this window and reported per minute.
 RATE_WINDOW_SECONDS: Final = 300
@@ -23,6 +23,27 @@ class OldestParked(BaseModel):
     link_key: str
     reason: str
     since: datetime
+
+
+class DailyQuotaDay(BaseModel):
+    """One budget's daily quota today (issue 33 item 3): spent of its allowance (the declared
+    share of the quota; None when none is declared), and when the day resets."""
+
+    model_config = ConfigDict(frozen=True)
+
+    budget_key: str
+    day: date
+    spent: int
+    allowance: int | None
+    resets_at: datetime
+    refused_by_remote: bool = False  # a 429 named the remote's daily policy
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def waiting(self) -> bool:
+        """Pushes under this budget wait for `resets_at` (not parked, not failed)."""
+        spent = self.allowance is not None and self.spent >= self.allowance
+        return spent or self.refused_by_remote
 
 
 class StatusSnapshot(BaseModel):
@@ -44,6 +65,8 @@ class StatusSnapshot(BaseModel):
     # Counted by the ingress processes, not Postgres: None when no ingress was asked.
     ingress_unavailable_total: int | None = None
     oldest_parked: OldestParked | None = None
+    # Budgets with a declared daily quota (or refused by the remote) whose day has not reset.
+    daily_quotas: list[DailyQuotaDay] = Field(default_factory=list)
 
     @property
     def parked_total(self) -> int:

@@ -13,6 +13,7 @@ import asyncpg
 from db import journal as jq
 from db import links as q
 from db.records import Conn
+from protocol.daily_quota import names_daily_policy
 from protocol.outcome import Observation, body_hash, parse_retry_after, send_outcome
 from protocol.recovery import RecoveryInput, SendKind
 from protocol.snapshots import ProfileSnapshot
@@ -74,6 +75,7 @@ async def record_try(
         body_hash(obs.body),
         retry_after,
         remote_id,
+        names_daily_policy(obs.status, obs.body),
     )
     require_cas(recorded, "record_outcome")
 

@@ -271,6 +271,7 @@ def journal_entries(rows: list[asyncpg.Record]) -> tuple[JournalEntry, ...]:
             not_applied_statuses=tuple(r["not_applied_statuses"] or ()),
             sending_at=r["sending_at"],
             retry_after_seconds=r["retry_after_seconds"],
+            daily_refusal=r["daily_refusal"],
         )
         for r in rows
     )

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from db import status as q
+from db.daily_quota import current_days
 from db.records import Conn
-from protocol.status import RATE_WINDOW_SECONDS, OldestParked, StatusSnapshot
+from protocol.status import RATE_WINDOW_SECONDS, DailyQuotaDay, OldestParked, StatusSnapshot
 
 
 async def read_status(conn: Conn, now: datetime) -> StatusSnapshot:
@@ -30,4 +31,15 @@ async def read_status(conn: Conn, now: datetime) -> StatusSnapshot:
             oldest_parked=None
             if oldest is None
             else OldestParked(link_key=oldest[0], reason=oldest[1], since=oldest[2]),
+            daily_quotas=[
+                DailyQuotaDay(
+                    budget_key=d.budget_key,
+                    day=d.quota_day,
+                    spent=d.spent,
+                    allowance=d.allowance,
+                    resets_at=d.resets_at,
+                    refused_by_remote=d.refused_at is not None,
+                )
+                for d in await current_days(conn, now)
+            ],
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from protocol.daily_quota import waiting_detail
 from protocol.messages import LinkView
 from protocol.operator import OperatorAction
 from protocol.park import ParkReason, remedy_for, update_template
@@ -32,6 +33,8 @@ def _state_lines(view: LinkView) -> list[str]:
     ]
     if view.last_patch_status is not None:
         lines.append(f"**last PATCH** `{view.last_patch_status}`")
+    if view.quota_wait_until is not None:
+        lines.append(f"**{waiting_detail(view.quota_wait_until)}** (not parked: resumes by itself)")
     landed = view.attempt_tries_may_have_landed + view.patch_tries_may_have_landed
     if landed:
         lines.append(

@@ -277,3 +277,21 @@ def test_supersede_is_refused_after_a_try_that_may_have_landed() -> None:
         check_operator_action(OperatorAction.SUPERSEDE, landed)
     proven = landed.model_copy(update={"attempt_tries_may_have_landed": 0})
     check_operator_action(OperatorAction.SUPERSEDE, proven)
+
+
+def test_a_daily_refusal_waits_for_the_reset_and_restarts_the_time_budget() -> None:
+    """Issue 33 item 3: a 429 naming the daily policy ends the budget's day; the wait for
+    the reset is not the remote refusing for longer than the budget."""
+    budget = PLAIN.not_applied_budget_seconds
+    burst = entry(SendOutcome.ANSWERED, 429, T0)
+    daily = entry(SendOutcome.ANSWERED, 429, T0 + timedelta(seconds=5)).model_copy(
+        update={"daily_refusal": True}
+    )
+    next_day = T0 + timedelta(hours=14)
+
+    assert create((burst, daily), PLAIN, now=next_day) is Step.SEND
+    # Refusals after the day's end count again, from the first of them.
+    after = entry(SendOutcome.ANSWERED, 429, next_day)
+    assert create((burst, daily, after), PLAIN, now=next_day + timedelta(seconds=1)) is Step.SEND
+    late = next_day + timedelta(seconds=budget + 1)
+    assert create((burst, daily, after), PLAIN, now=late) is Step.TERMINAL

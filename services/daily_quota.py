@@ -1,0 +1,108 @@
+"""Daily quotas at the send (issue 33 item 3, SPEC NF-8): spend one unit of the budget's day
+per remote request, or say until when the budget waits.
+
+The declared quotas come from the active packs (`protocol.daily_quota.budget_quotas`),
+cached per database for `QUOTAS_TTL_S` (a changed quota applies within that); the count
+is Postgres's, in the caller's transaction (`db.daily_quota.spend`), so it holds across
+every worker process and a worker's death. A budget without a `dailyQuota` costs nothing
+here: no statement, no row, unless the remote itself refuses a day (`refuse_day`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import asyncpg
+
+from db import daily_quota as q
+from db.notify import database_key
+from db.records import Conn
+from protocol.daily_quota import (
+    DEFAULT_RESET_TIME_ZONE,
+    DailyQuota,
+    budget_quotas,
+    next_reset,
+    quota_day,
+)
+from protocol.rate_limit import budget_key
+from services.packs import active_manifests
+
+QUOTAS_TTL_S: Final = 10.0
+
+
+@dataclass(frozen=True)
+class QuotaWait:
+    """The budget may send nothing more before `resets_at`."""
+
+    budget_key: str
+    resets_at: datetime
+    refused: bool  # the remote answered a 429 naming its daily policy (else: share spent)
+
+
+# Per database: (monotonic expiry, quotas by budget key).
+_quotas: dict[str, tuple[float, dict[str, DailyQuota]]] = {}
+
+
+async def _budget_quotas(pool: asyncpg.Pool, conn: Conn) -> dict[str, DailyQuota]:
+    cache_key = database_key(pool)
+    cached = _quotas.get(cache_key)
+    if cached is not None and time.monotonic() < cached[0]:
+        return cached[1]
+    quotas = budget_quotas(await active_manifests(conn))
+    _quotas[cache_key] = (time.monotonic() + QUOTAS_TTL_S, quotas)
+    return quotas
+
+
+def forget_quotas() -> None:
+    """Drop every cached quota (a test that changes a pack's quota and must see it now)."""
+    _quotas.clear()
+
+
+async def spend_or_wait(
+    pool: asyncpg.Pool, conn: Conn, remote_scope: str, credential_ref: str, now: datetime
+) -> QuotaWait | None:
+    """Spend one request of the budget's day in `conn`'s transaction (None: go on), or the
+    wait when the day's share is spent or the remote refused the day. Nothing is written
+    when it waits: a caller that rolls back its claim leaves no trace."""
+    key = budget_key(remote_scope, credential_ref)
+    quota = (await _budget_quotas(pool, conn)).get(key)
+    if quota is None:
+        return None
+    resets_at = next_reset(now, quota.time_zone)
+    day = quota_day(now, quota.time_zone)
+    if await q.spend(conn, key, day, quota.allowance, resets_at) is not None:
+        return None
+    refused = await q.waiting_day(conn, key, now)
+    return QuotaWait(key, resets_at, refused is not None and refused.refused_at is not None)
+
+
+async def refuse_day(
+    pool: asyncpg.Pool, conn: Conn, remote_scope: str, credential_ref: str, now: datetime
+) -> QuotaWait:
+    """The remote answered a 429 naming its daily limit: the whole budget waits until the
+    quota's reset (its declared zone's midnight; UTC's when it declares no quota)."""
+    key = budget_key(remote_scope, credential_ref)
+    quota = (await _budget_quotas(pool, conn)).get(key)
+    zone = quota.time_zone if quota else DEFAULT_RESET_TIME_ZONE
+    resets_at = next_reset(now, zone)
+    allowance = quota.allowance if quota else None
+    await q.refuse(conn, key, quota_day(now, zone), allowance, resets_at, now)
+    return QuotaWait(key, resets_at, refused=True)
+
+
+async def quota_days(conn: Conn, now: datetime) -> list[q.QuotaDayRow]:
+    """Every budget's quota days not yet reset (for `status`)."""
+    return await q.current_days(conn, now)
+
+
+async def link_waiting_until(conn: Conn, link_key: str, now: datetime) -> datetime | None:
+    """Until when the link's unsent work waits for its budget's daily quota (None: it does
+    not), from Postgres alone (`links show`)."""
+    budget = await q.link_pending_budget(conn, link_key)
+    if budget is None:
+        return None
+    row = await q.waiting_day(conn, budget_key(*budget), now)
+    return None if row is None else row.resets_at

@@ -1,0 +1,83 @@
+"""Daily quotas in Postgres (issue 33 item 3, SPEC NF-8): the counter never lets two
+workers both spend the last unit, a refused day spends nothing, and `status` shows it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from db import daily_quota as q
+from db.records import Conn
+from protocol.daily_quota import next_reset, quota_day
+from services.status import read_status
+from tests.e2e.support import eventually
+
+KEY = "rb1_test-budget"
+NOW = datetime.now(UTC)
+DAY = quota_day(NOW, "UTC")
+RESETS = next_reset(NOW, "UTC")
+
+
+async def _spend(conn: Conn, allowance: int) -> int | None:
+    return await q.spend(conn, KEY, DAY, allowance, RESETS)
+
+
+async def _waits_for_a_lock(pool: asyncpg.Pool, pid: int) -> bool:
+    event = await pool.fetchval("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", pid)
+    return bool(event == "Lock")
+
+
+async def test_two_connections_racing_for_the_last_unit_get_it_once(db_pool: asyncpg.Pool) -> None:
+    async with db_pool.acquire() as first, db_pool.acquire() as second:
+        assert [await _spend(first, 2)] == [1]
+        tx = first.transaction()
+        await tx.start()
+        assert await _spend(first, 2) == 2  # the last unit, not committed yet
+        # The second worker's spend waits on the row's lock, then finds nothing left.
+        racing = asyncio.create_task(_spend(second, 2))
+        await eventually(lambda: _waits_for_a_lock(db_pool, second.get_server_pid()), bool, 5.0)
+        await tx.commit()
+        assert await asyncio.wait_for(racing, 5.0) is None
+
+        # A claim that rolls back returns its unit: the waiting spender gets it instead.
+        tx = first.transaction()
+        await tx.start()
+        assert await _spend(first, 3) == 3
+        racing = asyncio.create_task(_spend(second, 3))
+        await eventually(lambda: _waits_for_a_lock(db_pool, second.get_server_pid()), bool, 5.0)
+        await tx.rollback()
+        assert await asyncio.wait_for(racing, 5.0) == 3
+
+
+async def test_many_spenders_at_once_spend_exactly_the_allowance(db_pool: asyncpg.Pool) -> None:
+    async def one() -> int | None:
+        async with db_pool.acquire() as conn:
+            return await _spend(conn, 5)
+
+    results = await asyncio.gather(*(one() for _ in range(12)))
+
+    assert sorted(r for r in results if r is not None) == [1, 2, 3, 4, 5]
+    assert await db_pool.fetchval("SELECT spent FROM connector_daily_quota") == 5
+
+
+async def test_a_day_the_remote_refused_spends_nothing_and_status_says_until_when(
+    db_pool: asyncpg.Pool,
+) -> None:
+    async with db_pool.acquire() as conn:
+        assert await _spend(conn, 100) == 1
+        await q.refuse(conn, KEY, DAY, 100, RESETS, NOW)
+        assert await _spend(conn, 100) is None
+        # The next day starts afresh.
+        tomorrow = quota_day(RESETS, "UTC")
+        assert await q.spend(conn, KEY, tomorrow, 100, RESETS + timedelta(days=1)) == 1
+
+        status = await read_status(conn, NOW)
+        later = await read_status(conn, RESETS + timedelta(seconds=1))
+
+    today = next(d for d in status.daily_quotas if d.day == DAY)
+    assert (today.spent, today.allowance, today.resets_at) == (1, 100, RESETS)
+    assert today.refused_by_remote and today.waiting
+    assert [d.day for d in later.daily_quotas] == [tomorrow]  # the reset day is gone
+    assert not later.daily_quotas[0].waiting
