@@ -99,4 +99,10 @@ def gauges(s: StatusSnapshot, now: datetime) -> list[Gauge]:
     ]
     age = (now - s.oldest_parked.since).total_seconds() if s.oldest_parked else 0.0
     out.append((f"{GAUGE_PREFIX}oldest_parked_age_seconds", {}, max(age, 0.0)))
+    for d in s.daily_quotas:  # the budget key is a hash: no credential in a label
+        budget = {"budget": d.budget_key}
+        out.append((f"{GAUGE_PREFIX}daily_quota_spent", budget, d.spent))
+        if d.allowance is not None:
+            out.append((f"{GAUGE_PREFIX}daily_quota_allowance", budget, d.allowance))
+        out.append((f"{GAUGE_PREFIX}daily_quota_waiting", budget, float(d.waiting)))
     return out

@@ -7,10 +7,13 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+from rich.console import Console
 
+from cli.status_cmd import render
 from db import daily_quota as q
 from db.records import Conn
 from protocol.daily_quota import next_reset, quota_day
+from protocol.status import gauges
 from services.status import read_status
 from tests.e2e.support import eventually
 
@@ -81,3 +84,17 @@ async def test_a_day_the_remote_refused_spends_nothing_and_status_says_until_whe
     assert today.refused_by_remote and today.waiting
     assert [d.day for d in later.daily_quotas] == [tomorrow]  # the reset day is gone
     assert not later.daily_quotas[0].waiting
+    published = {
+        (name, value) for name, labels, value in gauges(status, NOW) if labels == {"budget": KEY}
+    }
+    assert {
+        ("connector_push_status_daily_quota_spent", 1),
+        ("connector_push_status_daily_quota_allowance", 100),
+        ("connector_push_status_daily_quota_waiting", 1.0),
+    } <= published
+    console = Console(record=True, width=200)
+    console.print(render(status))
+    assert (
+        f"daily quota {KEY}: 1 of 100 spent, waiting for the daily quota (the remote refused "
+        f"the day) until {RESETS.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    ) in console.export_text()
