@@ -4,11 +4,12 @@ The links are inserted in bulk (COPY), each a copy of the link the product
 itself would finalize from an admitted attempt, with its own record id, link key
 and remote id. A second install of the demo pack changes one mapping, so every
 link's mapping and body fingerprints move. The three phases run through the
-entry points the CLI uses (`services.revalidation_plan.plan`,
-`services.revalidation.validate|apply`), each
-reading or writing the manifest as its JSON document, as `revalidate plan --out`
-and `revalidate validate|apply FILE` do. `P4` is links/s over validate + apply
-together (target >= 20,000), with every receipt written and checked.
+entry points the CLI uses (`services.revalidation_plan.write_plan`,
+`services.revalidation.validate|apply` over a `ManifestFile`), each writing or reading
+the manifest as its JSON Lines file, a page at a time, as `revalidate plan --out` and
+`revalidate validate|apply FILE` do, on a Postgres with default settings (one lock per
+owner key, issue 34). `P4` is links/s over validate + apply together, with every
+receipt written and checked.
 
 Alone: `python -m bench.revalidation_bench [--n 100000]` (or `BENCH_P4_N`).
 """
@@ -41,11 +42,12 @@ from db import links as links_q
 from protocol.admission import CreateReserved, SaveRequest
 from protocol.identity import link_key
 from protocol.revalidation import RevalidationStatus
-from protocol.revalidation_manifest import Approval, parse_manifest
+from protocol.revalidation_manifest import Approval
 from services import revalidation, revalidation_plan
 from services.admission import admit_locked
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
+from services.revalidation_source import ManifestFile
 from services.rows import link_values
 
 OWNER, ACTION, DESTINATION, OBJECT = "demo-owner", "push-contact", "remote-contacts", "Contact"
@@ -185,38 +187,31 @@ async def _timed(phase: str, n: int, work: Any) -> tuple[Any, float]:
     return result, seconds
 
 
-async def _plan(conn: asyncpg.Connection, install: str) -> str:
+async def _plan(conn: asyncpg.Connection, install: str, path: Path) -> Path:
     request = revalidation_plan.PlanRequest(
         operation_id="p4-bulk-move", approval=APPROVAL, new_pack_install_id=install
     )
-    manifest = await revalidation_plan.plan(conn, request)
-    return json.dumps(manifest.document(), sort_keys=True)  # what `plan --out` writes
+    with path.open("wb") as out:  # what `plan --out` writes
+        await revalidation_plan.write_plan(conn, request, out)
+    return path
 
 
-async def _run(conn: asyncpg.Connection, text: str, *, write: bool) -> RevalidationStatus:
-    manifest = parse_manifest(json.loads(text))  # what `validate|apply FILE` reads first
+async def _run(conn: asyncpg.Connection, path: Path, *, write: bool) -> RevalidationStatus:
+    manifest = ManifestFile.open(path)  # what `validate|apply FILE` checks first
     entry = revalidation.apply if write else revalidation.validate
     return (await entry(conn, manifest)).status
 
 
 @asynccontextmanager
 async def revalidation_postgres(n: int) -> AsyncIterator[str]:
-    """A private embedded Postgres whose lock table holds an n-member manifest's locks;
-    yields its admin DSN."""
+    """A private embedded Postgres with default settings (the lock table included: the
+    revalidation takes one lock per owner key, not per member); yields its admin DSN."""
+    del n
     root = Path(tempfile.mkdtemp(prefix="cp-bench-p4-"))
     root.chmod(0o755)  # the unprivileged postgres user must reach its data dir
     server = EmbeddedPostgres(root / "data", "127.0.0.1", free_port("127.0.0.1"), durable=True)
     try:
         server.start()
-        conn = await asyncpg.connect(server.dsn("postgres"))
-        try:
-            slots = int(await conn.fetchval("SHOW max_connections"))
-            per_transaction = revalidation.lock_table_setting(n, slots)
-            await conn.execute(f"ALTER SYSTEM SET max_locks_per_transaction = {per_transaction}")
-        finally:
-            await conn.close()
-        server.stop()
-        server.start()  # the lock table is sized at start
         yield server.dsn("postgres")
     finally:
         server.stop()
@@ -229,9 +224,12 @@ async def measure(n: int) -> dict[str, float]:
         conn = await asyncpg.connect(dsn)
         try:
             install = await seed(conn, n)
-            text, plan_s = await _timed("plan", n, _plan(conn, install))
-            validated, validate_s = await _timed("validate", n, _run(conn, text, write=False))
-            applied, apply_s = await _timed("apply", n, _run(conn, text, write=True))
+            path = Path(tempfile.mkdtemp(prefix="cp-bench-p4-manifest-"))
+            manifest = path / "p4-bulk-move.jsonl"
+            _, plan_s = await _timed("plan", n, _plan(conn, install, manifest))
+            validated, validate_s = await _timed("validate", n, _run(conn, manifest, write=False))
+            applied, apply_s = await _timed("apply", n, _run(conn, manifest, write=True))
+            shutil.rmtree(path, ignore_errors=True)
             receipts = await conn.fetchval(
                 "SELECT count(*) FROM connector_link_revalidation_receipt"
             )
@@ -255,7 +253,7 @@ async def run_revalidation_bench(n: int = 100_000, write: bool = True) -> dict[s
     results = await measure(n)
     one, five, _ = os.getloadavg()
     print(
-        f"P4 = {results['P4']:,} links/s validate + apply (target >= 20,000); "
+        f"P4 = {results['P4']:,} links/s validate + apply; "
         f"plan {results['P4_plan_per_s']:,}/s, validate {results['P4_validate_per_s']:,}/s, "
         f"apply {results['P4_apply_per_s']:,}/s over {n:,} links (load {one:.1f}, {five:.1f}); "
         f"Postgres floor for apply's writes {results['P4_floor_per_s']:,}/s"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING, Annotated, BinaryIO, Final
 
 import typer
 from rich.markup import escape
@@ -23,19 +22,23 @@ from cli.database import (
     read_document,
 )
 from cli.database import resolve_dsn as _dsn
-from cli.errors import EXIT_REJECTED, EXIT_UNAVAILABLE, CliError, required_text
+from cli.errors import EXIT_REJECTED, CliError, required_text
 from cli.revalidate_views import print_result, stderr, stdout
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
     from db import packs as packs_q
     from protocol.revalidation import RevalidationResult, RevalidationStatus
-    from protocol.revalidation_manifest import RevalidationManifest
+    from protocol.revalidation_manifest import ManifestHead
     from services.revalidation import OnStep, Phase
     from services.revalidation_plan import PlanRequest
+    from services.revalidation_source import ManifestSource
 
 EXIT_ALREADY_APPLIED: Final = 4
 # Progress bars only where they help; small manifests finish before one would draw.
 PROGRESS_THRESHOLD: Final = 50
+# Members between two redraws of a progress bar (a redraw per member costs more than
+# the member at a million).
+PROGRESS_EVERY: Final = 1000
 
 
 def exit_code(status: RevalidationStatus) -> int:
@@ -55,23 +58,44 @@ _EPILOG: Final = (
     "listed, nothing written; includes a member whose new fingerprints are not what "
     "its new_pack_install_id produces); 2 unreadable or bad input (not JSON, not "
     "canonical, digest mismatch, empty approval: rejected before any transaction); "
-    "5 Postgres unreachable or unmigrated, or its lock table too small for the manifest "
-    "(nothing written; the message names the max_locks_per_transaction to set)."
+    "5 Postgres unreachable or unmigrated."
 )
 
 ManifestFile = Annotated[
-    Path, typer.Argument(help="Revalidation manifest (JSON).", show_default=False)
+    Path,
+    typer.Argument(
+        help="Revalidation manifest: JSON Lines, as `revalidate plan` writes (or the older "
+        "single JSON document).",
+        show_default=False,
+    ),
 ]
 
 
-def _load(path: Path) -> RevalidationManifest:
-    """Invariant 1 before any connection: bad input exits 2 naming the reason."""
+def _load(path: Path) -> ManifestSource:
+    """Invariant 1 before any connection, over the whole file in bounded memory: bad input
+    exits 2 naming the reason. A JSON Lines manifest is read again, page by page, inside
+    the transaction; the older one-document form (small by nature) is held in memory."""
+    from protocol.revalidation_lines import is_lines_header
     from protocol.revalidation_manifest import ManifestRejected, parse_manifest
+    from services.revalidation_source import ManifestFile, ManifestInMemory
 
+    first = _first_line(path)
     try:
-        return parse_manifest(read_document(path))
+        if is_lines_header(first):
+            return ManifestFile.open(path)
+        return ManifestInMemory(parse_manifest(read_document(path)))
     except ManifestRejected as error:
         bad_input(f"{path}: {error}")
+
+
+def _first_line(path: Path) -> bytes:
+    try:
+        if not path.is_file():
+            bad_input(f"{path}: not a regular file; give a manifest `revalidate plan` wrote")
+        with path.open("rb") as stream:
+            return stream.readline(1 << 20)
+    except OSError as exc:
+        bad_input(f"{path}: cannot read ({exc.strerror or exc}); check the path and permissions")
 
 
 @contextmanager
@@ -84,9 +108,13 @@ def _progress(total: int, phases: tuple[Phase, ...]) -> Iterator[OnStep]:
             phase: bar.add_task(f"{phase.value} links", total=total) for phase in phases
         }
 
+        counts = dict.fromkeys(phases, 0)
+
         def step(phase: Phase, link_key: str) -> None:
             del link_key
-            bar.advance(tasks[phase])
+            counts[phase] += 1
+            if counts[phase] % PROGRESS_EVERY == 0 or counts[phase] == total:
+                bar.update(tasks[phase], completed=counts[phase])
 
         yield step
 
@@ -99,18 +127,19 @@ def _report(result: RevalidationResult, as_json: bool) -> None:
     raise typer.Exit(exit_code(result.status))
 
 
-async def _run(dsn: str, manifest: RevalidationManifest, *, write: bool) -> RevalidationResult:
+async def _run(dsn: str, manifest: ManifestSource, *, write: bool) -> RevalidationResult:
+    from protocol.revalidation_manifest import ManifestRejected
     from services import revalidation as revalidation_activity
-    from services.revalidation import LockTableTooSmall, Phase
+    from services.revalidation import Phase
 
     phases = (Phase.LOCKED, Phase.WRITTEN) if write else (Phase.LOCKED,)
     entry = revalidation_activity.apply if write else revalidation_activity.validate
-    with _progress(len(manifest.members), phases) as on_step:
+    with _progress(manifest.head.member_count, phases) as on_step:
         async with connect(dsn) as conn:
             try:
                 return await entry(conn, manifest, on_step)
-            except LockTableTooSmall as error:  # rolled back: a setting to change, not a bug
-                raise CliError(str(error), EXIT_UNAVAILABLE) from error
+            except ManifestRejected as error:  # the file changed after it was checked
+                raise CliError(f"{error}; nothing was written", 2) from error
 
 
 def validate_command(
@@ -133,11 +162,11 @@ def apply_command(
     _report(asyncio.run(_run(_dsn(database_url), manifest, write=True)), as_json)
 
 
-async def _plan(dsn: str, request: PlanRequest) -> RevalidationManifest:
-    from services.revalidation_plan import plan
+async def _plan(dsn: str, request: PlanRequest, out: BinaryIO) -> ManifestHead:
+    from services.revalidation_plan import write_plan
 
     async with connect(dsn) as conn:
-        return await plan(conn, request)
+        return await write_plan(conn, request, out)
 
 
 def _plan_request(
@@ -192,7 +221,8 @@ def plan_command(
     """Build a canonical manifest from the current links and an install's fingerprints.
 
     Read-only: review the file, then `revalidate validate`, then `revalidate apply`.
-    The manifest is JSON on stdout; with `--out` and `--json`, a JSON summary is.
+    The manifest is JSON Lines (a header line, one line per link, a digest line), written
+    a page at a time, on stdout; with `--out` and `--json`, a JSON summary is.
     """
     import asyncio
 
@@ -204,23 +234,38 @@ def plan_command(
     if out is not None:
         check_writable(out, "--out")  # before the plan, not after it
     try:
-        manifest = asyncio.run(_plan(_dsn(database_url), request))
+        with _plan_output(out) as stream:
+            head = asyncio.run(_plan(_dsn(database_url), request, stream))
     except (PlanError, ManifestRejected) as error:
         bad_input(str(error))
-    text = json.dumps(manifest.document(), indent=2, sort_keys=True) + "\n"
     if out is None:
-        typer.echo(text, nl=False)
         return
-    out.write_text(text, encoding="utf-8")
     if as_json:  # the manifest went to the file: print what was planned
-        summary = {"operation_id": manifest.operation_id, "members": len(manifest.members)}
-        echo_json({**summary, "manifest_digest": manifest.manifest_digest, "out": str(out)})
+        summary = {"operation_id": head.operation_id, "members": head.member_count}
+        echo_json({**summary, "manifest_digest": head.manifest_digest, "out": str(out)})
         return
     stderr.print(
-        f"planned {escape(manifest.operation_id)}: {len(manifest.members)} link(s), "
-        f"digest {manifest.manifest_digest[:12]} -> {escape(str(out))}",
+        f"planned {escape(head.operation_id)}: {head.member_count} link(s), "
+        f"digest {head.manifest_digest[:12]} -> {escape(str(out))}",
         highlight=False,
     )
+
+
+@contextmanager
+def _plan_output(out: Path | None) -> Iterator[BinaryIO]:
+    """stdout, or a file beside `out` renamed onto it only once the plan is complete."""
+    if out is None:
+        stream = typer.get_binary_stream("stdout")
+        yield stream
+        stream.flush()
+        return
+    partial = out.with_name(f".{out.name}.partial")
+    try:
+        with partial.open("wb") as stream:
+            yield stream
+        partial.replace(out)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 # -- C-8: a changed create path, validated --------------------------------------------

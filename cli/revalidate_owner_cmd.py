@@ -18,7 +18,7 @@ from cli.database import (
     echo_json,
 )
 from cli.database import resolve_dsn as _dsn
-from cli.errors import EXIT_REJECTED, EXIT_UNAVAILABLE, CliError, required_text
+from cli.errors import EXIT_REJECTED, required_text
 from cli.revalidate_views import print_result, stderr, stdout
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
@@ -29,7 +29,7 @@ OWNER_EPILOG: Final = (
     "Exit codes: 0 applied, or nothing waited; 3 rejected (conflicts listed; the links "
     "stay as they were and still fail closed); 2 bad input, no active pack, or links whose "
     "mapping would move without --include-mapping-changes (nothing written); 5 Postgres "
-    "unreachable or its lock table too small."
+    "unreachable."
 )
 
 
@@ -46,7 +46,6 @@ def _owner_exit(outcome: OwnerOutcome) -> int:
 
 async def _owner(dsn: str, request: OwnerRequest) -> OwnerResult:
     # The progress bar's total is not known before the plan: one step per link locked.
-    from services.revalidation import LockTableTooSmall
     from services.revalidation_owner import revalidate_owner
 
     with Progress(console=stderr, transient=True) as bar:
@@ -57,10 +56,7 @@ async def _owner(dsn: str, request: OwnerRequest) -> OwnerResult:
             bar.advance(task)
 
         async with connect(dsn) as conn:
-            try:
-                return await revalidate_owner(conn, request, step, now=datetime.now(UTC))
-            except LockTableTooSmall as error:
-                raise CliError(str(error), EXIT_UNAVAILABLE) from error
+            return await revalidate_owner(conn, request, step, now=datetime.now(UTC))
 
 
 def _owner_json(result: OwnerResult) -> dict[str, object]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from db import revalidation_scope as scope_q
 from db.links import Row
 from db.records import Conn
 
@@ -16,14 +17,7 @@ from db.records import Conn
 async def lock_link_keys(conn: Conn, link_keys: list[str]) -> None:
     """`lock_link_key` for every key, in one statement and in link-key order (the global
     order every multi-key transaction locks in, so two of them cannot deadlock)."""
-    await conn.execute(
-        """
-        SELECT pg_advisory_xact_lock(hashtextextended(k, 7))
-        FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k) AS keys
-        ORDER BY k COLLATE "C"
-        """,
-        link_keys,
-    )
+    await scope_q.lock_link_keys(conn, link_keys)  # owner scopes (shared) first
 
 
 async def links_by_keys(conn: Conn, link_keys: list[str]) -> dict[str, Row]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 
+from db import revalidation_scope as scope_q
 from db.records import Conn
 
 Row = asyncpg.Record
@@ -23,8 +24,9 @@ CLAIMABLE_LANES = ["configured", "deferred_association"]
 
 
 async def lock_link_key(conn: Conn, link_key: str) -> None:
-    """Serialise admission, dispatch and operator actions of one link key."""
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))", link_key)
+    """Serialise admission, dispatch and operator actions of one link key (after its
+    owner's scope lock, shared: db/revalidation_scope.py)."""
+    await scope_q.lock_link_key(conn, link_key)
 
 
 async def occupying_attempt(conn: Conn, link_key: str) -> Row | None:

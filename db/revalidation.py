@@ -1,9 +1,9 @@
-"""Named queries for bulk mapping revalidation (SPEC §9): link locks, receipts, the CAS move.
+"""Named queries for bulk mapping revalidation (SPEC §9): locked reads, receipts, the CAS move.
 
-One statement per function; the caller owns the transaction and takes the locks
-in link-key order (seed invariant 3). Rows map to `protocol.revalidation`
-models. Nothing here reads or writes attempts beyond the occupancy read, nor
-local records, nor anything remote (REV-3).
+One statement per function, each over a page of members; the caller owns the
+transaction and holds the owner scope lock (db/revalidation_scope.py) before any of
+them. Rows map to `protocol.revalidation` models. Nothing here reads or writes
+attempts beyond the occupancy read, nor local records, nor anything remote (REV-3).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Final, NamedTuple
 
-import asyncpg
 from asyncpg import Record
 from pydantic import JsonValue
 
@@ -43,12 +42,11 @@ new_pack_install_id::text AS new_pack_install_id, previous_operation_id, before_
 after_row_digest
 """
 
-# The same key db/links.lock_link_key takes: admission, dispatch and operator
-# actions of this link wait for the revalidation (and it for them).
-LOCK_LINK_KEY: Final = "SELECT pg_advisory_xact_lock(hashtextextended($1, 7))"
-
-# The link's AttemptOccupancyKey, distinct from the link lock, taken after it.
-LOCK_OCCUPANCY_KEY: Final = "SELECT pg_advisory_xact_lock(hashtextextended('occupancy:' || $1, 7))"
+# The owner keys of the links of a manifest held in memory (a JSON document manifest;
+# a JSON Lines one names its owner key in its header).
+SELECT_OWNERS_OF: Final = """
+SELECT DISTINCT connector_owner_key FROM connector_remote_link WHERE link_key = ANY($1::text[])
+"""
 
 SELECT_LINK_FOR_UPDATE: Final = f"""
 SELECT {LINK_STATE_COLUMNS} FROM connector_remote_link WHERE link_key = $1 FOR UPDATE
@@ -64,19 +62,8 @@ SELECT {LINK_STATE_COLUMNS} FROM connector_remote_link
 WHERE connector_owner_key = $1 AND status = 'finalized' ORDER BY link_key COLLATE "C"
 """
 
-# The page forms below run one statement for a page of members, keys in link-key
-# order (members are sorted, invariant 1). Advisory locks are taken in the order the
-# sorted keys come out: a volatile function in the select list runs after ORDER BY.
-LOCK_LINK_KEYS: Final = """
-SELECT pg_advisory_xact_lock(hashtextextended(k, 7))
-FROM unnest($1::text[]) AS k ORDER BY k COLLATE "C"
-"""
-
-LOCK_OCCUPANCY_KEYS: Final = """
-SELECT pg_advisory_xact_lock(hashtextextended('occupancy:' || k, 7))
-FROM unnest($1::text[]) AS k ORDER BY k COLLATE "C"
-"""
-
+# The page forms below run one statement for a page of members, keys in link-key order
+# (members are sorted, invariant 1).
 # Row locks are taken in the sorted order too (the lock step runs above the sort). The
 # row_version (bumped by every UPDATE of the link) is what the move compares-and-sets on.
 SELECT_LINKS_FOR_UPDATE: Final = f"""
@@ -177,13 +164,6 @@ WHERE r.operation_id = $1
 ORDER BY r.link_key COLLATE "C"
 """
 
-# What Postgres sizes its shared lock table by: about max_locks_per_transaction slots per
-# connection, shared by every transaction on the server.
-LOCK_TABLE_SETTINGS: Final = """
-SELECT current_setting('max_locks_per_transaction')::int AS per_transaction,
-       current_setting('max_connections')::int AS connections
-"""
-
 
 def link_states_of(rows: Iterable[Record]) -> Iterator[LinkRowState]:
     """The rows as models. A bulk read's links mostly share one profile snapshot, so each
@@ -205,14 +185,6 @@ def _receipt(row: Record) -> RevalidationReceipt:
     return RevalidationReceipt.model_validate(dict(row))
 
 
-async def lock_link_key(conn: Conn, link_key: str) -> None:
-    await conn.execute(LOCK_LINK_KEY, link_key)
-
-
-async def lock_occupancy_key(conn: Conn, link_key: str) -> None:
-    await conn.execute(LOCK_OCCUPANCY_KEY, link_key)
-
-
 async def link_state_for_update(conn: Conn, link_key: str) -> LinkRowState | None:
     row = await conn.fetchrow(SELECT_LINK_FOR_UPDATE, link_key)
     return None if row is None else next(link_states_of([row]))
@@ -231,30 +203,11 @@ async def operation_receipts(conn: Conn, operation_id: str) -> list[Revalidation
     return [_receipt(row) for row in await conn.fetch(SELECT_OPERATION_RECEIPTS, operation_id)]
 
 
-def lock_table_exhausted(exc: BaseException) -> bool:
-    """Postgres ran out of shared lock-table slots: SQLSTATE 53200 ("out of shared memory")
-    with its hint naming max_locks_per_transaction, not any other out-of-memory."""
-    return isinstance(exc, asyncpg.OutOfMemoryError) and "max_locks_per_transaction" in (
-        exc.hint or ""
-    )
-
-
-async def lock_table_settings(conn: Conn) -> tuple[int, int]:
-    """(max_locks_per_transaction, max_connections) of the server `conn` is on."""
-    row = await conn.fetchrow(LOCK_TABLE_SETTINGS)
-    assert row is not None  # a SELECT without FROM returns its one row
-    return row["per_transaction"], row["connections"]
+async def owners_of(conn: Conn, link_keys: list[str]) -> list[str]:
+    return [row[0] for row in await conn.fetch(SELECT_OWNERS_OF, link_keys)]
 
 
 # -- the page forms (issue 16, P4: one statement per page, not per member) --------------
-
-
-async def lock_link_keys(conn: Conn, link_keys: list[str]) -> None:
-    await conn.execute(LOCK_LINK_KEYS, link_keys)
-
-
-async def lock_occupancy_keys(conn: Conn, link_keys: list[str]) -> None:
-    await conn.execute(LOCK_OCCUPANCY_KEYS, link_keys)
 
 
 class LockedRow(NamedTuple):
@@ -346,3 +299,44 @@ SELECT EXISTS (SELECT 1 FROM connector_link_revalidation_receipt WHERE operation
 
 async def operation_exists(conn: Conn, operation_id: str) -> bool:
     return bool(await conn.fetchval(SELECT_OPERATION_EXISTS, operation_id))
+
+
+SELECT_PAGE_RECEIPTS: Final = f"""
+SELECT {_RECEIPT} FROM connector_link_revalidation_receipt
+WHERE operation_id = $1 AND link_key = ANY($2::text[])
+"""
+
+
+async def page_receipts(
+    conn: Conn, operation_id: str, link_keys: list[str]
+) -> dict[str, RevalidationReceipt]:
+    """The receipts `operation_id` wrote for any of `link_keys`, by link key."""
+    rows = await conn.fetch(SELECT_PAGE_RECEIPTS, operation_id, link_keys)
+    return {row["link_key"]: _receipt(row) for row in rows}
+
+
+# A verify-only retry keeps the manifest's keys in a temporary table, a page at a time, to
+# find receipts under the operation whose link is not a member (invariant 5), set-wise.
+CREATE_STAGED_KEYS: Final = """
+CREATE TEMPORARY TABLE IF NOT EXISTS revalidation_member_key (link_key text PRIMARY KEY)
+ON COMMIT DROP
+"""
+
+SELECT_RECEIPTS_NOT_STAGED: Final = """
+SELECT r.link_key FROM connector_link_revalidation_receipt r
+WHERE r.operation_id = $1
+  AND NOT EXISTS (SELECT 1 FROM revalidation_member_key m WHERE m.link_key = r.link_key)
+ORDER BY r.link_key COLLATE "C" LIMIT $2
+"""
+
+
+async def stage_member_keys(conn: Conn, link_keys: list[str]) -> None:
+    await conn.execute(CREATE_STAGED_KEYS)
+    await conn.copy_records_to_table(
+        "revalidation_member_key", columns=("link_key",), records=[(k,) for k in link_keys]
+    )
+
+
+async def receipts_not_staged(conn: Conn, operation_id: str, limit: int) -> list[str]:
+    """Up to `limit` link keys with a receipt under `operation_id` and not staged."""
+    return [row[0] for row in await conn.fetch(SELECT_RECEIPTS_NOT_STAGED, operation_id, limit)]

@@ -20,12 +20,17 @@ from typing import Annotated, Literal, NamedTuple, assert_never
 from pydantic import BaseModel, ConfigDict, Field
 
 from protocol.link_row import LinkRowState, RowDigests, after_state, before_state, row_digests
-from protocol.revalidation_manifest import RevalidationManifest, RevalidationMember
+from protocol.revalidation_manifest import ManifestHead, RevalidationManifest, RevalidationMember
 from protocol.states import LinkStatus
 
 
 class _Value(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# What a receipt carries of its manifest: a whole (JSON document) manifest, or the head
+# of one read a page at a time (protocol.revalidation_lines).
+Manifest = ManifestHead | RevalidationManifest
 
 
 class RevalidationReceipt(_Value):
@@ -49,14 +54,14 @@ class RevalidationReceipt(_Value):
 
 
 def project_receipt(
-    manifest: RevalidationManifest, member: RevalidationMember, before: LinkRowState
+    manifest: Manifest, member: RevalidationMember, before: LinkRowState
 ) -> RevalidationReceipt:
     """The receipt applying `member` to the row `before` writes."""
     return _receipt(manifest, member, before, row_digests(before, member, manifest.operation_id))
 
 
 def _receipt(
-    manifest: RevalidationManifest,
+    manifest: Manifest,
     member: RevalidationMember,
     before: LinkRowState,
     digests: RowDigests,
@@ -103,6 +108,7 @@ class ConflictReason(StrEnum):
     DIVERGENT_LINK = "divergent_link"
     CAS_LOST = "cas_lost"
     NOT_THE_INSTALLS_FINGERPRINTS = "not_the_installs_fingerprints"
+    OTHER_OWNER = "other_owner"  # the link is not of the manifest's connector_owner_key
 
 
 class Conflict(_Value):
@@ -137,7 +143,7 @@ class Judgement(NamedTuple):
 
 
 def judge_new_member(
-    manifest: RevalidationManifest, member: RevalidationMember, lock: LockedMember
+    manifest: Manifest, member: RevalidationMember, lock: LockedMember
 ) -> Judgement:
     """Invariants 2-3 for one member of a new operation. The costly part of `decide` (the
     row digest and the projected receipt's), so a caller may judge each page of members
@@ -201,13 +207,13 @@ def decide_bound(
     slot). Members whose link is missing are left to `decide`.
     """
     bound = [c for m, lock in zip(manifest.members, locked, strict=True)
-             for c in _binding_conflicts(m, lock, produced.get(m.link_key))]  # fmt: skip
+             for c in binding_conflicts(m, lock, produced.get(m.link_key))]  # fmt: skip
     if bound:
         return Rejected(conflicts=tuple(bound))
     return decide(manifest, locked, receipts, judged)
 
 
-def _binding_conflicts(
+def binding_conflicts(
     member: RevalidationMember, lock: LockedMember, produced: InstallFingerprints | None
 ) -> Iterator[Conflict]:
     if lock.row is None:
@@ -278,14 +284,14 @@ def _verify_retry(
         for key in sorted(stored.keys() - members)
     ]
     for member, lock in pairs:
-        conflicts.extend(_retry_conflicts(manifest, member, lock, stored.get(member.link_key)))
+        conflicts.extend(retry_conflicts(manifest, member, lock, stored.get(member.link_key)))
     if conflicts:
         return Rejected(conflicts=tuple(conflicts))
     return AlreadyApplied(receipts=tuple(stored[m.link_key] for m, _ in pairs))
 
 
-def _retry_conflicts(
-    manifest: RevalidationManifest,
+def retry_conflicts(
+    manifest: Manifest,
     member: RevalidationMember,
     lock: LockedMember,
     receipt: RevalidationReceipt | None,
@@ -319,6 +325,13 @@ class RevalidationResult(_Value):
     manifest_digest: str
     receipts: tuple[RevalidationReceipt, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
+    # How many there were in all: a manifest read a page at a time keeps only the first
+    # SHOWN of each here (bounded memory at any size; every receipt is in its table).
+    receipt_count: int = 0
+    conflict_count: int = 0
+
+
+SHOWN = 1000
 
 
 def result_of(
@@ -344,4 +357,6 @@ def result_of(
         manifest_digest=manifest.manifest_digest,
         receipts=receipts,
         conflicts=conflicts,
+        receipt_count=len(receipts),
+        conflict_count=len(conflicts),
     )

@@ -139,6 +139,24 @@ class RevalidationMember(_Strict):
         )
 
 
+class ManifestHead(_Strict):
+    """A checked manifest without its members: what its receipts carry of it. A JSON Lines
+    manifest (protocol.revalidation_lines) also names the one owner key its links must
+    belong to (`connector_owner_key`); a JSON document leaves it to its members' links."""
+
+    operation_id: str
+    approval: Approval
+    mapping_fingerprint_algorithm: str
+    body_fingerprint_algorithm: str
+    manifest_digest: str
+    member_count: int
+    connector_owner_key: str | None = None
+
+    @cached_property
+    def approval_digest(self) -> str:
+        return digest(self.approval.model_dump(mode="json"))
+
+
 class RevalidationManifest(_Strict):
     format: Literal["connector-push/mapping-revalidation/v1"]
     operation_id: OperationId
@@ -152,6 +170,18 @@ class RevalidationManifest(_Strict):
     @cached_property  # once per manifest, not once per receipt (issue 16, P4)
     def approval_digest(self) -> str:
         return digest(self.approval.model_dump(mode="json"))
+
+    @cached_property
+    def head(self) -> ManifestHead:
+        """What a receipt needs of the manifest, as a JSON Lines manifest gives it too."""
+        return ManifestHead(
+            operation_id=self.operation_id,
+            approval=self.approval,
+            mapping_fingerprint_algorithm=self.mapping_fingerprint_algorithm,
+            body_fingerprint_algorithm=self.body_fingerprint_algorithm,
+            manifest_digest=self.manifest_digest,
+            member_count=len(self.members),
+        )
 
     def document(self) -> dict[str, JsonValue]:
         """The file's JSON form (what `manifest_digest` covers, plus the digest)."""

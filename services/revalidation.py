@@ -1,49 +1,65 @@
-"""Bulk finalized-link mapping revalidation (SPEC §9 REV-1..3): validate, apply, plan.
+"""Bulk finalized-link mapping revalidation (SPEC §9 REV-1..3): validate, apply.
 
 `validate` and `apply` take the same locks and run the same checks
-(`protocol.revalidation.decide`); `validate` always rolls back, `apply` writes
-every receipt and every link move in one transaction or nothing. Neither
-touches attempts, local records or the remote (REV-3): this module imports no
-such query or client.
+(`protocol.revalidation`); `validate` always rolls back, `apply` writes every receipt
+and every link move in one transaction or nothing. Both stream (issue 34): the manifest
+is read a page at a time (services.revalidation_source), each page locked, judged and
+written set-wise, and only a page (plus the first SHOWN receipts or conflicts, for the
+report) is in memory. The lock that keeps every other writer of the owner's links out
+is one advisory lock per owner key, taken exclusively first (db/revalidation.py
+LOCK_OWNER_SCOPES), whatever the member count: Postgres's default lock table holds
+it for a million members. Neither entry point touches attempts, local records or the
+remote (REV-3): this module imports no such query or client.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
-from typing import Final
+from typing import NamedTuple
 
-import asyncpg
-
-from db import packs as packs_q
 from db import revalidation as q
+from db import revalidation_scope as scope_q
 from db.records import Conn
-from protocol.active import resolve_active
 from protocol.audit import AuditCommand
-from protocol.link_row import LinkRowState
-from protocol.manifest import ManifestInvalid, PackManifest
-from protocol.manifest import parse_manifest as parse_pack_manifest
+from protocol.manifest import PackManifest
 from protocol.revalidation import (
-    Apply,
+    SHOWN,
     Conflict,
     ConflictReason,
-    Decision,
     InstallFingerprints,
-    Judgement,
     LockedMember,
-    Rejected,
+    RevalidationReceipt,
     RevalidationResult,
-    decide_bound,
+    RevalidationStatus,
+    binding_conflicts,
     judge_new_member,
-    result_of,
+    retry_conflicts,
 )
 from protocol.revalidation_manifest import (
+    ManifestHead,
     RevalidationManifest,
     RevalidationMember,
 )
-from protocol.snapshots import ActionConfigSnapshot
+from services.revalidation_installs import (
+    SlotFingerprints,
+    install_fingerprints,
+    install_manifest,
+    slot_fingerprints,
+)
+from services.revalidation_source import ManifestSource, as_source
+
+__all__ = [
+    "PAGE",
+    "OnStep",
+    "Phase",
+    "apply",
+    "ignore_step",
+    "install_fingerprints",
+    "slot_fingerprints",
+    "validate",
+]
 
 
 class Phase(StrEnum):
@@ -60,48 +76,6 @@ def ignore_step(phase: Phase, link_key: str) -> None:
     del phase, link_key
 
 
-# validate and apply hold two advisory locks per member (its link key's and its occupancy
-# key's) until the transaction ends; Postgres keeps them in one lock table for the whole
-# server, about max_locks_per_transaction x max_connections slots (64 x 100 by default).
-# Measured on the embedded server (200 connections): 20,000 such locks fit, 50,000 do not.
-LOCKS_PER_MEMBER: Final = 2
-
-
-def lock_table_setting(members: int, max_connections: int) -> int:
-    """The max_locks_per_transaction whose lock table holds a `members`-member manifest's
-    locks twice over (the rest of the server needs slots too), never below the default."""
-    return max(64, -(-2 * LOCKS_PER_MEMBER * members // max_connections))
-
-
-class LockTableTooSmall(Exception):
-    """Postgres's lock table ran out while the manifest's locks were being taken; the
-    transaction rolled back, so nothing was written. Phrased for the operator."""
-
-    def __init__(self, members: int, per_transaction: int, connections: int) -> None:
-        self.needed = lock_table_setting(members, connections)
-        super().__init__(
-            f"Postgres's lock table cannot hold this manifest's locks: its {members:,} members "
-            f"take {LOCKS_PER_MEMBER * members:,} advisory locks until commit, and "
-            f"max_locks_per_transaction = {per_transaction} x max_connections = {connections} "
-            f"holds about {per_transaction * connections:,} for the whole server; nothing was "
-            f"written. Set max_locks_per_transaction to at least {self.needed} and restart "
-            "Postgres, or plan the move as several smaller operations (--link-key ...)"
-        )
-
-
-@asynccontextmanager
-async def _lock_table_checked(conn: Conn, members: int) -> AsyncIterator[None]:
-    """Around a revalidation's transaction: lock-table exhaustion, once it has rolled back,
-    becomes `LockTableTooSmall` with the server's settings."""
-    try:
-        yield
-    except asyncpg.PostgresError as exc:
-        if not q.lock_table_exhausted(exc):
-            raise
-        per_transaction, connections = await q.lock_table_settings(conn)
-        raise LockTableTooSmall(members, per_transaction, connections) from exc
-
-
 class _CasLost(Exception):
     """A member's row moved under its lock: roll the whole manifest back (invariant 4)."""
 
@@ -110,106 +84,250 @@ class _CasLost(Exception):
         self.conflict = conflict
 
 
+class _RolledBack(Exception):
+    """Leave apply's transaction without committing; `result` is what to report."""
+
+    def __init__(self, result: RevalidationResult) -> None:
+        super().__init__(result.status.value)
+        self.result = result
+
+
 async def validate(
-    conn: Conn, manifest: RevalidationManifest, on_step: OnStep = ignore_step
+    conn: Conn, manifest: RevalidationManifest | ManifestSource, on_step: OnStep = ignore_step
 ) -> RevalidationResult:
-    """Dry run (invariant 6): same locks and checks, projected receipts, zero writes.
-    Raises `LockTableTooSmall` when the server cannot hold the manifest's locks."""
+    """Dry run (invariant 6): same locks and checks, projected receipts, zero writes."""
     # Not READ ONLY: Postgres refuses FOR UPDATE there, and the row locks are the point.
-    async with _lock_table_checked(conn, len(manifest.members)):
-        tx = conn.transaction()
-        await tx.start()
-        try:
-            decision, _ = await _lock_and_decide(conn, manifest, on_step)
-        finally:
-            await tx.rollback()
-    return result_of(manifest, decision, applied=False)
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        return await _Run(conn, as_source(manifest), on_step, write=False).run()
+    finally:
+        await tx.rollback()
 
 
 async def apply(
-    conn: Conn, manifest: RevalidationManifest, on_step: OnStep = ignore_step
+    conn: Conn, manifest: RevalidationManifest | ManifestSource, on_step: OnStep = ignore_step
 ) -> RevalidationResult:
-    """The only mutation entry point: all receipts and link moves commit together, or none.
-    Raises `LockTableTooSmall` (after the rollback) when the server cannot hold its locks."""
-    decision: Decision
+    """The only mutation entry point: all receipts and link moves commit together, or none
+    (a conflict found on any page rolls back the pages written before it)."""
     try:
-        async with _lock_table_checked(conn, len(manifest.members)), conn.transaction():
-            decision, versions = await _lock_and_decide(conn, manifest, on_step)
-            if isinstance(decision, Apply):
-                await _write(conn, manifest, decision, versions, on_step)
+        async with conn.transaction():
+            result = await _Run(conn, as_source(manifest), on_step, write=True).run()
+            if result.status is not RevalidationStatus.APPLIED:
+                raise _RolledBack(result)
+    except _RolledBack as back:
+        return back.result
     except _CasLost as lost:
-        decision = Rejected(conflicts=(lost.conflict,))
-    return result_of(manifest, decision, applied=True)
+        head = as_source(manifest).head
+        return RevalidationResult(
+            status=RevalidationStatus.REJECTED,
+            operation_id=head.operation_id,
+            manifest_digest=head.manifest_digest,
+            conflicts=(lost.conflict,),
+            conflict_count=1,
+        )
+    return result
 
 
-# Members per statement: validate and apply run a handful of statements per page,
-# not per member (issue 16, P4). Large, because a statement that takes a page's advisory
-# locks costs Postgres, when it ends, a walk over every lock the transaction holds (a
-# statement's resource owner tracks only a few locks by name; past that, they are
-# reassigned by scanning the backend's whole lock table): n members in pages of k cost
-# ~n^2/k lock visits. Measured at n=100,000: 1.9 s of the statements after the locks at
-# k=1,000, 0.6 s at k=5,000.
+# Members per page: each page is read, judged and written in a handful of set-wise
+# statements (unnest of the page's keys, COPY of its receipts, UPDATE ... FROM unnest), and
+# only the page is in memory. The locks do not grow with the page or the manifest: one
+# advisory lock per owner key, and row locks (kept in the rows, not in Postgres's lock
+# table).
 PAGE = 5000
 
 
-async def _lock_and_decide(
-    conn: Conn, manifest: RevalidationManifest, on_step: OnStep
-) -> tuple[Decision, dict[str, int]]:
-    """The decision, and the row_version each existing member's row was read at."""
-    # Members are sorted by link key (invariant 1), and each page locks its links, then
-    # their rows, then their occupancy keys, each set in link-key order: every row or
-    # occupancy lock of a link is taken after its link lock, which every transaction
-    # takes in link-key order, so two revalidations (or one and a save) cannot deadlock.
-    members = manifest.members
-    # (A manifest without members never parses; an empty page keeps this total anyway.)
-    pages = [members[start : start + PAGE] for start in range(0, len(members), PAGE)] or [()]
-    locked: list[LockedMember] = []
-    judged: list[Judgement] = []
-    versions: dict[str, int] = {}
+class _Run:
+    """One validate or apply: owner scope locked, then page by page (issue 34)."""
 
-    def read(page: Sequence[RevalidationMember]) -> asyncio.Future[list[LockedMember]]:
-        return asyncio.ensure_future(_lock_page(conn, [m.link_key for m in page], versions))
+    def __init__(self, conn: Conn, source: ManifestSource, on_step: OnStep, *, write: bool):
+        self.conn, self.source, self.on_step, self.write = conn, source, on_step, write
+        self.head = source.head
+        self.receipts: list[RevalidationReceipt] = []
+        self.conflicts: list[Conflict] = []
+        self.receipt_count = 0
+        self.conflict_count = 0
+        self.installs: dict[str, PackManifest | None] = {}
+        self.slots: SlotFingerprints = {}
 
-    # Postgres takes the next page's locks while this one is judged: the judging (row
-    # digests, projected receipts) is most of a page's cost, and the server would
-    # otherwise wait for it on the second core (issue 16, P4). Still one statement at a
-    # time on the connection, in the order above.
-    reading = read(pages[0])
-    try:
-        for index, page in enumerate(pages):
-            rows = await reading
-            if index + 1 < len(pages):
-                reading = read(pages[index + 1])
-            locked.extend(rows)
-            for row in rows:
-                on_step(Phase.LOCKED, row.link_key)
-            judged.extend(await _judge(manifest, page, rows))
-    finally:
-        await _settled(reading)
-    # Read after the locks: a concurrent apply of this operation has committed by now.
-    receipts = await q.operation_receipts(conn, manifest.operation_id)
-    produced = await _produced_fingerprints(conn, members, locked)
-    return decide_bound(manifest, locked, receipts, produced, judged), versions
+    async def run(self) -> RevalidationResult:
+        head = self.head
+        owners = await self._scope()
+        await scope_q.lock_owner_scopes(self.conn, owners)
+        # Read under the scope lock: a concurrent apply of this operation has committed.
+        self.owners = frozenset(owners)
+        retry = await q.operation_exists(self.conn, head.operation_id)
+        pages = self.source.pages(PAGE)
+        current = next(pages, None)
+        self.reading = self._read(current or ())
+        try:
+            while current is not None:
+                locked = await self.reading
+                # This page's own statements first (one statement at a time on `conn`),
+                # then Postgres reads the next page while this one is judged (issue 16 P4).
+                if retry:
+                    stored = await self._stored(current)
+                    upcoming = self._read_next(pages)
+                    self._verify_page(current, locked, stored)
+                else:
+                    produced = await self._produced(current, locked)
+                    upcoming = self._read_next(pages)
+                    await self._judge_and_write(current, locked, produced)
+                current = upcoming
+        finally:
+            await _settled(self.reading)
+        if retry:
+            await self._verify_end()
+            status = RevalidationStatus.ALREADY_APPLIED
+        else:
+            status = RevalidationStatus.APPLIED if self.write else RevalidationStatus.VALIDATED
+            if self.write and not self.conflict_count:
+                await self._audit()
+        if self.conflict_count:
+            status = RevalidationStatus.REJECTED
+        return RevalidationResult(
+            status=status,
+            operation_id=head.operation_id,
+            manifest_digest=head.manifest_digest,
+            receipts=() if self.conflict_count else tuple(self.receipts),
+            conflicts=tuple(self.conflicts),
+            receipt_count=0 if self.conflict_count else self.receipt_count,
+            conflict_count=self.conflict_count,
+        )
+
+    async def _scope(self) -> list[str]:
+        """The owner keys to lock: the header's, or (a manifest in memory) its links'."""
+        if self.head.connector_owner_key is not None:
+            return [self.head.connector_owner_key]
+        keys = [m.link_key for page in self.source.pages(PAGE) for m in page]
+        return await q.owners_of(self.conn, keys)
+
+    def _read(self, page: Sequence[RevalidationMember]) -> asyncio.Future[_Locked]:
+        return asyncio.ensure_future(_lock_page(self.conn, [m.link_key for m in page]))
+
+    def _read_next(
+        self, pages: Iterator[Sequence[RevalidationMember]]
+    ) -> Sequence[RevalidationMember] | None:
+        """The next page, its reading started (None: the manifest has no more)."""
+        upcoming = next(pages, None)
+        if upcoming is not None:
+            self.reading = self._read(upcoming)
+        return upcoming
+
+    def _conflict(self, conflicts: Iterable[Conflict]) -> None:
+        for conflict in conflicts:
+            self.conflict_count += 1
+            if len(self.conflicts) < SHOWN:
+                self.conflicts.append(conflict)
+
+    def _receipt(self, receipt: RevalidationReceipt) -> None:
+        self.receipt_count += 1
+        if len(self.receipts) < SHOWN:
+            self.receipts.append(receipt)
+
+    async def _judge_and_write(
+        self,
+        page: Sequence[RevalidationMember],
+        locked: _Locked,
+        produced: Mapping[str, InstallFingerprints | None],
+    ) -> None:
+        """Invariants 2-3 and item 6 for a new operation's page; apply writes the page
+        while no member anywhere conflicts (after which the rest is only judged)."""
+        written: list[RevalidationReceipt] = []
+        for n, (member, lock) in enumerate(zip(page, locked.members, strict=True)):
+            if n % _JUDGED_PER_YIELD == 0:
+                await asyncio.sleep(0)  # let the next page's reading move on
+            self.on_step(Phase.LOCKED, member.link_key)
+            if lock.row is not None and lock.row.connector_owner_key not in self.owners:
+                self._conflict([_other_owner(member, lock.row.connector_owner_key)])
+                continue
+            bound = list(binding_conflicts(member, lock, produced.get(member.link_key)))
+            if bound:
+                self._conflict(bound)
+                continue
+            judged = judge_new_member(self.head, member, lock)
+            self._conflict(judged.conflicts)
+            if judged.receipt is not None:
+                written.append(judged.receipt)
+        if self.conflict_count:
+            return
+        for receipt in written:
+            self._receipt(receipt)
+        if self.write:
+            await asyncio.wait([self.reading])  # the next page's reading has finished
+            await _write(self.conn, self.head, page, written, locked.versions)
+            for member in page:
+                self.on_step(Phase.WRITTEN, member.link_key)
+
+    async def _stored(self, page: Sequence[RevalidationMember]) -> dict[str, RevalidationReceipt]:
+        """A retry's page: the receipts the operation wrote for it (its keys staged)."""
+        keys = [m.link_key for m in page]
+        stored = await q.page_receipts(self.conn, self.head.operation_id, keys)
+        await q.stage_member_keys(self.conn, keys)
+        return stored
+
+    def _verify_page(
+        self,
+        page: Sequence[RevalidationMember],
+        locked: _Locked,
+        stored: Mapping[str, RevalidationReceipt],
+    ) -> None:
+        """Invariant 5, a page at a time: every member's receipt and link as applied."""
+        for member, lock in zip(page, locked.members, strict=True):
+            self.on_step(Phase.LOCKED, member.link_key)
+            receipt = stored.get(member.link_key)
+            found = list(retry_conflicts(self.head, member, lock, receipt))
+            self._conflict(found)
+            if not found and receipt is not None:
+                self._receipt(receipt)
+
+    async def _verify_end(self) -> None:
+        others = await q.receipts_not_staged(self.conn, self.head.operation_id, SHOWN)
+        detail = "receipt under this operation, not a member"
+        self._conflict(
+            Conflict(link_key=key, reason=ConflictReason.MIXED_STATE, detail=detail)
+            for key in others
+        )
+
+    async def _produced(
+        self, page: Sequence[RevalidationMember], locked: _Locked
+    ) -> dict[str, InstallFingerprints | None]:
+        """Each member's new fingerprints recomputed from its `new_pack_install_id` (item
+        6), installs and slots resolved once per run."""
+        produced: dict[str, InstallFingerprints | None] = {}
+        for member, lock in zip(page, locked.members, strict=True):
+            install = member.new_pack_install_id
+            if install not in self.installs:
+                self.installs[install] = await install_manifest(self.conn, install)
+            pack = self.installs[install]
+            if lock.row is not None and pack is not None:
+                produced[member.link_key] = slot_fingerprints(self.slots, pack, install, lock.row)
+        return produced
+
+    async def _audit(self) -> None:
+        # OPS-2: the approver is who acted; each entry's before/after is its receipt's.
+        approval = self.head.approval
+        await q.audit_operation(
+            self.conn,
+            self.head.operation_id,
+            AuditCommand.REVALIDATE_APPLY,
+            (approval.approved_by, approval.reason, approval.approval_reference),
+        )
+
+
+def _other_owner(member: RevalidationMember, owner: str) -> Conflict:
+    return Conflict(
+        link_key=member.link_key,
+        reason=ConflictReason.OTHER_OWNER,
+        detail=f"link of owner {owner!r}, not the manifest's",
+    )
 
 
 # Members judged between two chances for the page being read to send its next statement.
 _JUDGED_PER_YIELD = 100
 
 
-async def _judge(
-    manifest: RevalidationManifest,
-    members: Sequence[RevalidationMember],
-    page: Sequence[LockedMember],
-) -> list[Judgement]:
-    judged: list[Judgement] = []
-    for n, (member, lock) in enumerate(zip(members, page, strict=True)):
-        if n % _JUDGED_PER_YIELD == 0:
-            await asyncio.sleep(0)  # let the next page's reading move on
-        judged.append(judge_new_member(manifest, member, lock))
-    return judged
-
-
-async def _settled(task: asyncio.Future[list[LockedMember]]) -> None:
+async def _settled(task: asyncio.Future[_Locked]) -> None:
     """Wait for a page read that may still be running, so no statement is left on the
     connection when its transaction ends; when the caller is failing, its own error is
     the one raised, so the read's outcome is dropped (and marked retrieved)."""
@@ -219,76 +337,28 @@ async def _settled(task: asyncio.Future[list[LockedMember]]) -> None:
         task.exception()
 
 
-async def _produced_fingerprints(
-    conn: Conn, members: Sequence[RevalidationMember], locked: Sequence[LockedMember]
-) -> dict[str, InstallFingerprints | None]:
-    """Each member's new fingerprints recomputed from its `new_pack_install_id` (item 6)."""
-    packs: dict[str, PackManifest | None] = {}
-    slots: SlotFingerprints = {}
-    produced: dict[str, InstallFingerprints | None] = {}
-    for member, lock in zip(members, locked, strict=True):
-        install = member.new_pack_install_id
-        if install not in packs:
-            packs[install] = await _install_manifest(conn, install)
-        pack = packs[install]
-        if lock.row is not None and pack is not None:
-            produced[member.link_key] = slot_fingerprints(slots, pack, install, lock.row)
-    return produced
+class _Locked(NamedTuple):
+    members: list[LockedMember]
+    versions: dict[str, int]  # the row_version each existing member's row was read at
 
 
-async def _install_manifest(conn: Conn, pack_install_id: str) -> PackManifest | None:
-    install = await packs_q.select_install(conn, pack_install_id)
-    if install is None:
-        return None
-    try:
-        return parse_pack_manifest(install.manifest)
-    except ManifestInvalid:
-        return None
-
-
-# What an install produces depends on the install and the row's two slot ids only; a bulk
-# manifest has thousands of members per slot, so it is resolved once per slot (issue 16 P4).
-SlotFingerprints = dict[tuple[str, str, str], InstallFingerprints | None]
-
-
-def slot_fingerprints(
-    cache: SlotFingerprints, pack: PackManifest, install_id: str, row: LinkRowState
-) -> InstallFingerprints | None:
-    """`install_fingerprints`, remembered in `cache` by (install, action, destination slot)."""
-    slot = (install_id, row.action_slot_id, row.destination_slot_id)
-    if slot not in cache:
-        cache[slot] = install_fingerprints(pack, install_id, row)
-    return cache[slot]
-
-
-def install_fingerprints(
-    pack: PackManifest, install_id: str, row: LinkRowState
-) -> InstallFingerprints | None:
-    """What `install_id` (its manifest `pack`) produces for `row`'s action slot, or None."""
-    active = resolve_active(pack, install_id, row.action_slot_id, row.destination_slot_id)
-    if active.action is None:
-        return None
-    config = ActionConfigSnapshot.of(active.action)
-    return InstallFingerprints(
-        mapping_fingerprint=config.mapping_fingerprint, body_fingerprint=config.body_fingerprint
-    )
-
-
-async def _lock_page(conn: Conn, keys: list[str], versions: dict[str, int]) -> list[LockedMember]:
-    """Lock and read one page of members, adding their rows' versions to `versions`."""
-    await q.lock_link_keys(conn, keys)
+async def _lock_page(conn: Conn, keys: list[str]) -> _Locked:
+    """Lock and read one page of members: their rows (FOR UPDATE, in link-key order),
+    occupying attempts and pointed-at receipts, each set-wise for the page. The owner
+    scope lock the run holds keeps every admission, dispatch and operator action of the
+    owner out, so no occupying attempt can appear under it (invariant 3)."""
+    if not keys:
+        return _Locked([], {})
     read = await q.link_states_for_update(conn, keys)
-    await q.lock_occupancy_keys(conn, keys)
     occupying = await q.occupying_attempts(conn, keys)
     rows = {key: locked.state for key, locked in read.items()}
-    versions.update((key, locked.version) for key, locked in read.items())
     pointers = {
         key: row.last_mapping_revalidation_operation_id
         for key, row in rows.items()
         if row.last_mapping_revalidation_operation_id is not None
     }
     prior = await q.pointer_receipts(conn, pointers) if pointers else {}
-    return [
+    members = [
         LockedMember(
             link_key=key,
             row=rows.get(key),
@@ -297,34 +367,26 @@ async def _lock_page(conn: Conn, keys: list[str], versions: dict[str, int]) -> l
         )
         for key in keys
     ]
+    return _Locked(members, {key: locked.version for key, locked in read.items()})
 
 
 async def _write(
     conn: Conn,
-    manifest: RevalidationManifest,
-    decision: Apply,
+    head: ManifestHead,
+    page: Sequence[RevalidationMember],
+    receipts: list[RevalidationReceipt],
     versions: dict[str, int],
-    on_step: OnStep,
 ) -> None:
-    members, receipts, approval = manifest.members, decision.receipts, manifest.approval
-    who = (approval.approved_by, approval.reason)
-    for start in range(0, len(members), PAGE):
-        page = list(members[start : start + PAGE])
-        # The receipts first: the links' new pointers reference them.
-        await q.insert_receipts(conn, list(receipts[start : start + PAGE]))
-        # decide applies only when every member's row exists, so each has its version.
-        read_at = [versions[member.link_key] for member in page]
-        moved = await q.move_links_mapping(conn, page, read_at, manifest.operation_id, who)
-        for member in page:
-            _check_moved(member.link_key, moved.get(member.link_key))
-            on_step(Phase.WRITTEN, member.link_key)
-    # OPS-2: the approver is who acted; each entry's before/after is its receipt's.
-    await q.audit_operation(
-        conn,
-        manifest.operation_id,
-        AuditCommand.REVALIDATE_APPLY,
-        (*who, approval.approval_reference),
-    )
+    """One page's receipts (COPY) and link moves (one UPDATE ... FROM unnest)."""
+    who = (head.approval.approved_by, head.approval.reason)
+    # The receipts first: the links' new pointers reference them.
+    await q.insert_receipts(conn, receipts)
+    # Written only when no member so far conflicted: each one's row exists, with a version.
+    members = list(page)
+    read_at = [versions[member.link_key] for member in members]
+    moved = await q.move_links_mapping(conn, members, read_at, head.operation_id, who)
+    for member in members:
+        _check_moved(member.link_key, moved.get(member.link_key))
 
 
 def _check_moved(link_key: str, as_planned: bool | None) -> None:

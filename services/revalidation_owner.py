@@ -15,6 +15,7 @@ from db import audit as audit_q
 from db import packs as packs_q
 from db import revalidation as q
 from db import revalidation_owner as owner_q
+from db import revalidation_scope as scope_q
 from db.records import Conn
 from protocol.audit import AuditCommand, AuditEntry
 from protocol.drift import INSTALL_REASONS, INSTALL_SURFACE_NAMES
@@ -24,14 +25,8 @@ from protocol.manifest import parse_manifest as parse_pack_manifest
 from protocol.revalidation import RevalidationResult, RevalidationStatus
 from protocol.revalidation_manifest import Approval, RevalidationMember, build_manifest
 from protocol.states import LinkStatus
-from services.revalidation import (
-    OnStep,
-    SlotFingerprints,
-    apply,
-    ignore_step,
-    slot_fingerprints,
-    validate,
-)
+from services.revalidation import OnStep, apply, ignore_step, validate
+from services.revalidation_installs import SlotFingerprints, slot_fingerprints
 from services.revalidation_plan import PlanError, planned_member
 
 
@@ -235,7 +230,7 @@ async def _restore(conn: Conn, owner: str, keys: list[str], approval: Approval) 
         return []
     who = (approval.approved_by, approval.reason)
     async with conn.transaction():
-        await q.lock_link_keys(conn, keys)
+        await scope_q.lock_link_keys(conn, keys)
         moved = await owner_q.restore_install_suspended(conn, keys, list(INSTALL_REASONS), who)
         entries = [
             AuditEntry(

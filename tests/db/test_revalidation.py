@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from db import link_batches as batches_q
 from db import links as links_q
 from db import revalidation as q
 from protocol.link_row import (
@@ -51,16 +52,19 @@ async def test_validate_projects_the_receipts_apply_writes_and_writes_nothing(
 
 
 @pytest.mark.parametrize("entry", [validate, apply], ids=["validate", "apply"])
-@pytest.mark.parametrize("lock", ["link", "occupancy"])
-async def test_validate_and_apply_wait_for_the_link_and_occupancy_locks(
+@pytest.mark.parametrize("lock", ["link", "batch"])
+async def test_validate_and_apply_wait_for_a_holder_of_a_member_links_lock(
     db_pool: asyncpg.Pool, conn: asyncpg.Connection, links: Links, entry: Entry, lock: str
 ) -> None:
+    # The very locks admission, dispatch and operator actions take (one key, or a batch's):
+    # each first takes its link's owner scope shared, which validate and apply take
+    # exclusively (issue 34: one lock per owner, not two per member).
     manifest = await plan(conn, links, links.keys)
     async with db_pool.acquire() as holder, holder.transaction():
-        if lock == "link":  # the very key admission and dispatch take
+        if lock == "link":
             await links_q.lock_link_key(holder, links.keys[1])
         else:
-            await q.lock_occupancy_key(holder, links.keys[1])
+            await batches_q.lock_link_keys(holder, [links.keys[2], "lk1_" + "0" * 64])
         await conn.execute("SET lock_timeout = '200ms'")
         with pytest.raises(asyncpg.LockNotAvailableError):
             await entry(conn, manifest)

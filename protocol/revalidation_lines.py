@@ -1,0 +1,202 @@
+"""The JSON Lines revalidation manifest (SPEC §9 REV-2, issue 34): one member a line.
+
+A manifest of a million members is impractical as one JSON document (it must be held
+whole to be parsed and digested), so `revalidate plan` writes, and `validate`/`apply`
+read, this form a line at a time:
+
+    line 1      the header: format, operation_id, connector_owner_key, approval, algorithms
+    lines 2..   one member each, strictly sorted by link_key (so no duplicates)
+    last line   the trailer: {"manifest_digest": <sha256 hex>, "members": <count>}
+
+Every line is its value's canonical JSON (sorted keys, no whitespace), and
+`manifest_digest` is the sha256 of every line before the trailer, each with its "\\n".
+Invariant 1 of the seed is checked here line by line, in bounded memory: `ManifestLines`
+is fed the lines in order and raises `ManifestRejected` at the first problem; the caller
+reads the file (this module does no I/O). `ManifestWriter` produces the same lines.
+A manifest's links must all belong to its header's owner key: that is the one lock scope
+validate and apply take (db/links.py owner_scope_lock_key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final, Literal, TypeVar
+
+from pydantic import Field, ValidationError
+
+from protocol.canonical import canonical_json
+from protocol.revalidation_manifest import (
+    BODY_FINGERPRINT_ALGORITHM,
+    MAPPING_FINGERPRINT_ALGORITHM,
+    Approval,
+    Hex64,
+    ManifestHead,
+    ManifestRejected,
+    ManifestRejectReason,
+    OperationId,
+    RevalidationMember,
+    Text,
+    _shape_error,
+    _Strict,
+)
+
+LINES_FORMAT: Final = "connector-push/mapping-revalidation/v2+jsonl"
+R = ManifestRejectReason
+
+
+class ManifestHeader(_Strict):
+    format: Literal["connector-push/mapping-revalidation/v2+jsonl"]
+    operation_id: OperationId
+    connector_owner_key: Text = Field(min_length=1)
+    approval: Approval
+    mapping_fingerprint_algorithm: Text
+    body_fingerprint_algorithm: Text
+
+
+class ManifestTrailer(_Strict):
+    manifest_digest: Hex64
+    members: int = Field(ge=0)
+
+
+def header_for(operation_id: str, owner_key: str, approval: Approval) -> ManifestHeader:
+    return ManifestHeader(
+        format=LINES_FORMAT,
+        operation_id=operation_id,
+        connector_owner_key=owner_key,
+        approval=approval,
+        mapping_fingerprint_algorithm=MAPPING_FINGERPRINT_ALGORITHM,
+        body_fingerprint_algorithm=BODY_FINGERPRINT_ALGORITHM,
+    )
+
+
+def is_lines_header(first_line: bytes) -> bool:
+    """Whether a file's first line starts a JSON Lines manifest (else: a JSON document)."""
+    return first_line.lstrip().startswith(b"{") and LINES_FORMAT.encode() in first_line
+
+
+def _where(error: ManifestRejected, line_number: int) -> ManifestRejected:
+    return ManifestRejected(error.reason, f"line {line_number}: {error.detail}")
+
+
+M = TypeVar("M", bound=_Strict)
+
+
+def _parse(model: type[M], line: bytes, line_number: int) -> M:
+    try:
+        value = model.model_validate_json(line)
+    except ValidationError as error:
+        raise _where(_shape_error(error), line_number) from None
+    if canonical_json(value.model_dump(mode="json")) != line:
+        raise ManifestRejected(
+            R.NON_CANONICAL_STRING,
+            f"line {line_number}: not canonical JSON (sorted keys, no whitespace)",
+        )
+    return value
+
+
+class _Lines:
+    """The digest and sort order both the reader and the writer keep."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._last_key: str | None = None
+        self.count = 0
+
+    def _add_header(self, line: bytes) -> None:
+        self._digest.update(line + b"\n")
+
+    def _add_member(self, member: RevalidationMember, line: bytes) -> None:
+        where = f"line {self.count + 2}: {member.link_key}"
+        if self._last_key is not None and member.link_key <= self._last_key:
+            same = member.link_key == self._last_key
+            reason = R.DUPLICATE_LINK_KEY if same else R.UNSORTED_MEMBERS
+            raise ManifestRejected(reason, f"{where}: members must be strictly sorted by link_key")
+        if member.changes_nothing:
+            raise ManifestRejected(R.NOOP_MEMBER, f"{where}: old and new are identical")
+        self._last_key = member.link_key
+        self._digest.update(line + b"\n")
+        self.count += 1
+
+    def _hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def _head(header: ManifestHeader, manifest_digest: str, count: int) -> ManifestHead:
+    return ManifestHead(
+        operation_id=header.operation_id,
+        approval=header.approval,
+        mapping_fingerprint_algorithm=header.mapping_fingerprint_algorithm,
+        body_fingerprint_algorithm=header.body_fingerprint_algorithm,
+        manifest_digest=manifest_digest,
+        member_count=count,
+        connector_owner_key=header.connector_owner_key,
+    )
+
+
+class ManifestLines(_Lines):
+    """Invariant 1 over a JSON Lines manifest: feed the header line (constructor), then
+    each member line (`member`), then the trailer (`finish`), each without its newline."""
+
+    def __init__(self, header_line: bytes) -> None:
+        super().__init__()
+        self.header = _parse(ManifestHeader, header_line, 1)
+        algorithms = (
+            self.header.mapping_fingerprint_algorithm,
+            self.header.body_fingerprint_algorithm,
+        )
+        if algorithms != (MAPPING_FINGERPRINT_ALGORITHM, BODY_FINGERPRINT_ALGORITHM):
+            expected = f"{MAPPING_FINGERPRINT_ALGORITHM} / {BODY_FINGERPRINT_ALGORITHM}"
+            raise ManifestRejected(
+                R.UNSUPPORTED_ALGORITHM, f"{algorithms[0]} / {algorithms[1]}; expected {expected}"
+            )
+        self._add_header(header_line)
+
+    def member(self, line: bytes) -> RevalidationMember:
+        member = _parse(RevalidationMember, line, self.count + 2)
+        self._add_member(member, line)
+        return member
+
+    def finish(self, trailer_line: bytes | None) -> ManifestHead:
+        """The checked head; None: the file ended without a trailer (cut short)."""
+        if trailer_line is None:
+            raise ManifestRejected(R.INVALID_SHAPE, "no trailer line: the manifest is cut short")
+        trailer = _parse(ManifestTrailer, trailer_line, self.count + 2)
+        if self.count == 0:
+            raise ManifestRejected(R.NO_MEMBERS, "a manifest names at least one link")
+        if trailer.members != self.count:
+            raise ManifestRejected(
+                R.INVALID_SHAPE,
+                f"the trailer says {trailer.members} members, the file has {self.count}",
+            )
+        recomputed = self._hexdigest()
+        if recomputed != trailer.manifest_digest:
+            raise ManifestRejected(
+                R.DIGEST_MISMATCH,
+                f"manifest_digest {trailer.manifest_digest}, recomputed {recomputed}",
+            )
+        return _head(self.header, recomputed, self.count)
+
+
+class ManifestWriter(_Lines):
+    """The lines of a manifest, in order: `start`, `member` for each (sorted), `finish`."""
+
+    def __init__(self, header: ManifestHeader) -> None:
+        super().__init__()
+        self.header = header
+
+    def start(self) -> bytes:
+        line = canonical_json(self.header.model_dump(mode="json"))
+        self._add_header(line)
+        return line + b"\n"
+
+    def member(self, member: RevalidationMember) -> bytes:
+        line = canonical_json(member.model_dump(mode="json"))
+        self._add_member(member, line)
+        return line + b"\n"
+
+    def finish(self) -> tuple[bytes, ManifestHead]:
+        if self.count == 0:
+            raise ManifestRejected(R.NO_MEMBERS, "a manifest names at least one link")
+        trailer = ManifestTrailer(manifest_digest=self._hexdigest(), members=self.count)
+        head = _head(self.header, trailer.manifest_digest, self.count)
+        return canonical_json(trailer.model_dump(mode="json")) + b"\n", head

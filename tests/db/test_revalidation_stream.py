@@ -1,0 +1,126 @@
+"""Streaming revalidation (issue 34, SPEC §9 REV-2): `revalidate plan` writes a JSON Lines
+manifest a page at a time and `validate`/`apply` read it a page at a time; the page size
+changes nothing a manifest decides or writes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from protocol.revalidation import RevalidationResult
+from protocol.states import AttemptStatus
+from services import revalidation as revalidation_activity
+from services import revalidation_plan
+from services.revalidation import apply, validate
+from services.revalidation_source import ManifestFile
+from tests.db.revalidation_support import APPROVAL, Links, S, attempt_at, hex64, state
+from tests.db.revalidation_support import conn as conn  # the fixtures
+from tests.db.revalidation_support import links as links
+from tests.db.rows import insert_link
+
+MEMBERS = 50
+
+
+def _cli(*args: str) -> Awaitable[Any]:
+    return asyncio.to_thread(CliRunner().invoke, app, ["revalidate", *args])
+
+
+async def _fifty(conn: asyncpg.Connection, links: Links) -> None:
+    for _ in range(MEMBERS - len(links.keys)):
+        await insert_link(conn, links.old_pack)
+    await conn.execute(
+        "UPDATE connector_remote_link SET mapping_fingerprint = $1, body_fingerprint = $2",
+        hex64("m1"),
+        hex64("b1"),
+    )
+
+
+async def _write_plan(conn: asyncpg.Connection, links: Links, path: Path) -> Path:
+    request = revalidation_plan.PlanRequest(
+        operation_id="op-stream", approval=APPROVAL, new_pack_install_id=str(links.new_pack)
+    )
+    with path.open("wb") as out:
+        await revalidation_plan.write_plan(conn, request, out)
+    return path
+
+
+def _receipts(result: RevalidationResult) -> list[dict[str, Any]]:
+    return [r.model_dump() for r in result.receipts]
+
+
+async def test_pages_of_seven_decide_and_write_what_one_page_does(
+    conn: asyncpg.Connection, links: Links, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _fifty(conn, links)
+    one_page = await _write_plan(conn, links, tmp_path / "one.jsonl")
+    monkeypatch.setattr(revalidation_plan, "PLAN_PAGE", 7)
+    paged = await _write_plan(conn, links, tmp_path / "paged.jsonl")
+    assert paged.read_bytes() == one_page.read_bytes()  # the plan: the same file
+    assert len(paged.read_bytes().splitlines()) == MEMBERS + 2
+
+    whole = await validate(conn, ManifestFile.open(one_page))
+    monkeypatch.setattr(revalidation_activity, "PAGE", 7)
+    steps: list[str] = []
+    projected = await validate(conn, ManifestFile.open(paged), lambda _, key: steps.append(key))
+    assert whole.status is projected.status is S.VALIDATED
+    assert _receipts(projected) == _receipts(whole) and projected.receipt_count == MEMBERS
+    assert steps == sorted(steps) and len(steps) == MEMBERS
+
+    applied = await apply(conn, ManifestFile.open(paged))
+    assert applied.status is S.APPLIED and _receipts(applied) == _receipts(whole)
+    written = await conn.fetch(
+        "SELECT link_key FROM connector_link_revalidation_receipt WHERE operation_id = $1",
+        "op-stream",
+    )
+    assert len(written) == MEMBERS
+    after = await state(conn)
+    again = await apply(conn, ManifestFile.open(paged))  # verify-only, page by page
+    assert again.status is S.ALREADY_APPLIED and again.receipt_count == MEMBERS
+    assert await state(conn) == after
+
+
+async def test_a_conflict_on_a_late_page_rolls_back_the_pages_written_before_it(
+    conn: asyncpg.Connection, links: Links, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _fifty(conn, links)
+    path = await _write_plan(conn, links, tmp_path / "m.jsonl")
+    last = json.loads(path.read_bytes().splitlines()[-2])["link_key"]
+    await attempt_at(conn, links, last, AttemptStatus.PENDING)  # occupies the last link
+    monkeypatch.setattr(revalidation_activity, "PAGE", 7)
+    before = await state(conn)
+    result = await apply(conn, ManifestFile.open(path))
+    assert result.status is S.REJECTED
+    assert [(c.link_key, c.reason.value) for c in result.conflicts] == [(last, "occupied")]
+    assert await state(conn) == before  # the six pages before it: not written
+
+
+async def test_plan_validate_apply_through_the_cli_with_json_lines(
+    conn: asyncpg.Connection, links: Links, db_dsn: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "move.jsonl"
+    approval = ["--approved-by", "alice", "--approval-reference", "CHG-42", "--reason", "v2"]
+    planned = await _cli(
+        "plan", "--operation-id", "op-cli", *approval, "--all-finalized", "--out", str(path),
+        "--new-pack-install", str(links.new_pack), "--json", "--database-url", db_dsn,
+    )  # fmt: skip
+    assert planned.exit_code == 0, planned.output
+    assert json.loads(planned.output)["members"] == len(links.keys)
+    assert path.read_bytes().startswith(b'{"approval":')
+    for command, code, status in [("validate", 0, "validated"), ("apply", 0, "applied"),
+                                  ("apply", 4, "already_applied")]:  # fmt: skip
+        result = await _cli(command, str(path), "--json", "--database-url", db_dsn)
+        assert result.exit_code == code, result.output
+        answer = json.loads(result.output)
+        assert (answer["status"], answer["receipt_count"]) == (status, len(links.keys))
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))
+    refused = await _cli("apply", str(cut), "--database-url", db_dsn)
+    assert refused.exit_code == 2 and "cut short" in refused.output
