@@ -18,6 +18,7 @@ import pytest
 
 from activities.hooks import DispatchHooks
 from cli.link_views import key_view
+from protocol.admission import PatchQueued
 from protocol.messages import LinkView
 from sandbox.config import RateLimitConfig
 from sandbox.rate_limit import RateLimitSettings
@@ -27,6 +28,7 @@ from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 from services.status import read_status
 from tests.e2e.conftest import Stack, contact_key, demo_manifest
+from tests.e2e.patch_support import finalized_contact, patch_rows, patches, set_field, settled
 from tests.e2e.support import eventually
 from workflows.link import LinkWorkflow
 
@@ -177,3 +179,35 @@ async def test_a_429_naming_the_daily_limit_pauses_the_budget_until_the_reset(
         assert refused[0]["link_key"] in {contact_key(r) for r in ids[:3]}
     finally:
         await stack.sandbox.set_rate_limit(before)
+
+
+async def test_a_patch_waits_for_the_quota_unclaimed_and_goes_after_the_reset(
+    stack: Stack, remote: BackgroundSandbox, hooks: QuotaClock
+) -> None:
+    """The PATCH path spends the quota under its claim; with none left the claim rolls
+    back, so the queued PATCH stays `pending` (no try journalled) until the reset."""
+    hooks.move_to(NOON)
+    await _with_quota(stack.pool, remote, dailyQuota=2, dailyShare=0.5)  # one a day
+    link = await finalized_contact(stack)
+    key = link["link_key"]
+    await set_field(stack.pool, "Contact", "c-001", "FirstName", "Augusta")
+
+    assert isinstance(await stack.push("c-001"), PatchQueued)
+    view = await eventually(
+        lambda: _view(stack, "c-001"), lambda v: v.quota_wait_until is not None, 5.0
+    )
+    assert view.quota_wait_until == MIDNIGHT and not view.needs_operator
+    rows = await patch_rows(stack, key)
+    assert [r["status"] for r in rows] == ["pending"]
+    assert (
+        await stack.pool.fetchval(
+            "SELECT count(*) FROM connector_send_journal WHERE patch_id IS NOT NULL"
+        )
+        == 0
+    )
+    assert await patches(stack) == []
+
+    hooks.move_to(MIDNIGHT + timedelta(seconds=2))
+    rows = await settled(stack, key)
+    assert [r["status"] for r in rows] == ["succeeded"]
+    assert len(await patches(stack)) == 1
