@@ -20,6 +20,8 @@ import argparse
 import asyncio
 import os
 import shutil
+import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,4 +84,6 @@ if __name__ == "__main__":
     parser.add_argument("--admin-dsn", default=None, help="an existing server instead")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    # `kill PID` stops the run like Ctrl-C: the private Postgres is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     asyncio.run(main(_ns(args.n), selected(args.only), args.admin_dsn, args.out))

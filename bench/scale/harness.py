@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -17,6 +17,7 @@ import asyncpg
 from bench.revalidation_bench import log
 from bench.scale import links_parts, records_parts
 from bench.scale.context import Context, Figures
+from bench.scale.runner import CommandFailed
 
 PARTS: Final = ("listing", "revalidation", "push", "backfill")  # in run order
 SETTINGS: Final = ("max_locks_per_transaction", "max_connections", "shared_buffers")
@@ -43,7 +44,22 @@ async def server_settings(admin_dsn: str) -> Figures:
         await conn.close()
 
 
-async def run_scale(ctx: Context, ns: Sequence[int], parts: Sequence[str]) -> Figures:
+async def _part(name: str, work: Awaitable[Figures], strict: bool) -> Figures:
+    """A part's figures; a part whose command failed or whose check did not hold is a
+    figure too (`<part>_error`: the exit and message, or the assertion), and the run goes
+    on with the next part. With `strict` (the test) it raises."""
+    try:
+        return await work
+    except (CommandFailed, AssertionError) as failure:
+        if strict:
+            raise
+        log(f"bench-scale: {name} FAILED: {failure!r}")
+        return {f"{name}_error": repr(failure)[:500]}
+
+
+async def run_scale(
+    ctx: Context, ns: Sequence[int], parts: Sequence[str], *, strict: bool = False
+) -> Figures:
     began = time.monotonic()
     results: Figures = await server_settings(ctx.admin_dsn)
     results |= {"rss_method": RSS_METHOD, "load_1m_start": round(os.getloadavg()[0], 2)}
@@ -52,11 +68,11 @@ async def run_scale(ctx: Context, ns: Sequence[int], parts: Sequence[str]) -> Fi
         started = time.monotonic()
         figures: Figures = {}
         if {"listing", "revalidation"} & set(parts):
-            figures |= await links_parts.links(ctx, n, set(parts))
+            figures |= await _part("links", links_parts.links(ctx, n, set(parts)), strict)
         if "push" in parts:
-            figures |= await records_parts.push(ctx, n)
+            figures |= await _part("push", records_parts.push(ctx, n), strict)
         if "backfill" in parts:
-            figures |= await records_parts.backfill(ctx, n)
+            figures |= await _part("backfill", records_parts.backfill(ctx, n), strict)
         figures["wall_s"] = round(time.monotonic() - started, 1)
         log(f"bench-scale: N = {n:,} done in {figures['wall_s']} s")
         results |= {f"{key}_{n}": value for key, value in figures.items()}

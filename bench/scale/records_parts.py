@@ -51,7 +51,7 @@ async def middle_key_held(dsn: str, n: int) -> AsyncIterator[None]:
 async def interrupted_then_resumed(
     cli: Cli, dsn: str, n: int, name: str, args: list[str]
 ) -> tuple[CliRun, CliRun]:
-    timeout = 60.0 + n / 500  # the pages before the middle one, at a slow 1,000/s
+    timeout = 300.0 + n / 50  # the pages before the middle one, at a crawling 100/s
     async with middle_key_held(dsn, n):
         first = await cli.run(
             f"{name}-interrupted",

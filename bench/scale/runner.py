@@ -23,7 +23,8 @@ import asyncpg
 
 # Once SIGINT is sent, the command has this long to stop before the run counts as hung.
 STOP_TIMEOUT_S: Final = 120.0
-POLL_S: Final = 0.02
+POLL_S: Final = 0.1
+PROGRESS_S: Final = 15.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,14 @@ class Launcher(Protocol):
     ) -> Launched: ...
 
 
+def _interruptible() -> None:
+    """In the child before exec: SIGINT to its default, so Python turns it into
+    KeyboardInterrupt as at a terminal. A harness started in the background (`cmd &`
+    from a script, nohup) inherits SIGINT ignored, and an ignored signal stays ignored
+    across exec: the command would never see the Ctrl-C the run sends it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def popen_launcher(
     args: Sequence[str], env: Mapping[str, str], stdout: Path, stderr: Path
 ) -> Launched:
@@ -51,6 +60,7 @@ def popen_launcher(
             stdout=out,
             stderr=err,
             env=dict(env),
+            preexec_fn=_interruptible,
         )
 
     def wait() -> tuple[int, int | None]:
@@ -83,6 +93,16 @@ class CliRun:
         return lines[-1] if lines else ""
 
 
+async def _progress(name: str, stderr: Path, started: float) -> None:
+    """Every PROGRESS_S, a line: the command, how long it has run, its last stderr line
+    (push and backfill write their own progress there when it is not a terminal)."""
+    while True:
+        await asyncio.sleep(PROGRESS_S)  # a progress cadence, not a synchronisation
+        lines = stderr.read_text(errors="replace").strip().splitlines() if stderr.exists() else []
+        last = f": {lines[-1][:120]}" if lines else ""
+        print(f"  {name} {time.monotonic() - started:.0f} s{last}", file=sys.stderr, flush=True)
+
+
 class CommandFailed(RuntimeError):
     pass
 
@@ -109,6 +129,7 @@ class Cli:
         started = time.monotonic()
         launched = self.launcher(args, self.env, out, err)
         reaped = asyncio.ensure_future(asyncio.to_thread(launched.wait))
+        ticker = asyncio.ensure_future(_progress(name, err, started))
         interrupted_after: float | None = None
         if interrupt_when is not None:
             trigger = asyncio.ensure_future(interrupt_when())
@@ -125,7 +146,10 @@ class Cli:
                 os.kill(launched.pid, signal.SIGKILL)
                 await asyncio.gather(reaped, return_exceptions=True)
                 trigger.result()  # the condition's own error
-        code, rss_kib = await reaped
+        try:
+            code, rss_kib = await reaped
+        finally:
+            ticker.cancel()
         result = CliRun(
             name,
             code,

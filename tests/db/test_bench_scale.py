@@ -55,7 +55,7 @@ async def test_every_part_runs_and_reports(
     pg_server: PgServer, pg_template_db: str, tmp_path: Path
 ) -> None:
     context = Context(pg_server.admin_dsn, tmp_path, launcher=forked, template=pg_template_db)
-    results = await run_scale(context, [N], PARTS)
+    results = await run_scale(context, [N], PARTS, strict=True)
     figures = {
         "P4",
         "floor_per_s",
