@@ -12,14 +12,36 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from datetime import time as dt_time
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from sandbox.config import RateLimitConfig, SandboxConfig
 from sandbox.replies import Reply
 
 # HubSpot names its policies by window; other windows get a name of the same shape.
 _POLICY_NAMES = {10.0: "TEN_SECONDLY_ROLLING", 1.0: "SECONDLY", 86_400.0: "DAILY"}
+
+
+class DailyLimit(BaseModel):
+    """HubSpot's daily limit: `requests` per account and calendar day in `time_zone`, reset
+    at its midnight; a 429 then names the `DAILY` policy (issue 33 item 3)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    requests: int = Field(ge=1)
+    time_zone: str = "UTC"
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as error:  # the admin API answers 422
+            raise ValueError(f"not an IANA time zone name: {value!r}") from error
+        return value
 
 
 class RateLimitSettings(BaseModel):
@@ -29,6 +51,9 @@ class RateLimitSettings(BaseModel):
 
     rate_limit: RateLimitConfig | None = None
     object_types: dict[str, RateLimitConfig | None] = Field(default_factory=dict)
+    daily: DailyLimit | None = None
+    # Added to the wall clock for the daily limit's day, so a test turns the day at will.
+    clock_offset_seconds: float = 0.0
 
     def limit_for(self, object_type: str) -> RateLimitConfig | None:
         if object_type in self.object_types:
@@ -89,28 +114,55 @@ class RateLimiter:
         self._buckets: dict[str, _Bucket] = {}
         self._throttled: dict[str, int] = {}
         self._applied: list[AppliedRequest] = []
+        self._days: dict[date, int] = {}  # requests admitted per day of the daily limit
 
     def admit(self, method: str, object_type: str) -> Reply | None:
-        """Count one request against its type's bucket."""
+        """Count one request against the day's limit, then its type's bucket."""
+        day, until_midnight = self._day()
+        if day is not None and self._days.get(day, 0) >= self._daily_requests():
+            return self._refuse(
+                object_type, daily_limit_reached(self._daily_requests(), until_midnight)
+            )
         limit = self._settings.limit_for(object_type)
         if limit is not None:
             wait_s = self._bucket(object_type, limit).take(time.monotonic())
             if wait_s > 0:
-                self._throttled[object_type] = self._throttled.get(object_type, 0) + 1
-                return too_many_requests(limit, wait_s)
+                return self._refuse(object_type, too_many_requests(limit, wait_s))
+        if day is not None:
+            self._days[day] = self._days.get(day, 0) + 1
         self._applied.append(AppliedRequest(at=time.time(), method=method, object_type=object_type))
         return None
+
+    def _refuse(self, object_type: str, reply: Reply) -> Reply:
+        self._throttled[object_type] = self._throttled.get(object_type, 0) + 1
+        return reply
+
+    def _daily_requests(self) -> int:
+        assert self._settings.daily is not None
+        return self._settings.daily.requests
+
+    def _day(self) -> tuple[date | None, float]:
+        """The daily limit's current day and the seconds to its midnight (None: no limit)."""
+        daily = self._settings.daily
+        if daily is None:
+            return None, 0.0
+        zone = ZoneInfo(daily.time_zone)
+        now = datetime.fromtimestamp(time.time() + self._settings.clock_offset_seconds, zone)
+        midnight = datetime.combine(now.date() + timedelta(days=1), dt_time(0), tzinfo=zone)
+        return now.date(), (midnight - now).total_seconds()
 
     def configure(self, settings: RateLimitSettings) -> None:
         """Replace the limits; buckets start full again."""
         self._settings = settings
         self._buckets.clear()
+        self._days.clear()
 
     def reset(self) -> None:
         """Full buckets, no counts, no log (the settings stay)."""
         self._buckets.clear()
         self._throttled.clear()
         self._applied.clear()
+        self._days.clear()
 
     def report(self) -> RateLimitReport:
         return RateLimitReport(
@@ -140,5 +192,22 @@ def too_many_requests(limit: RateLimitConfig, wait_s: float) -> Reply:
         "X-HubSpot-RateLimit-Max": str(limit.requests),
         "X-HubSpot-RateLimit-Remaining": "0",
         "X-HubSpot-RateLimit-Interval-Milliseconds": str(round(limit.per_seconds * 1000)),
+    }
+    return Reply(429, body, headers)
+
+
+def daily_limit_reached(requests: int, until_midnight_s: float) -> Reply:
+    """HubSpot's 429 for a spent daily limit: `policyName: DAILY`, retry after midnight."""
+    body: dict[str, JsonValue] = {
+        "status": "error",
+        "message": "You have reached your daily limit.",
+        "errorType": "RATE_LIMIT",
+        "policyName": "DAILY",
+        "category": "RATE_LIMITS",
+    }
+    headers = {
+        "Retry-After": str(max(1, math.ceil(until_midnight_s))),
+        "X-HubSpot-RateLimit-Daily": str(requests),
+        "X-HubSpot-RateLimit-Daily-Remaining": "0",
     }
     return Reply(429, body, headers)

@@ -20,8 +20,7 @@ from activities.hooks import DispatchHooks
 from cli.link_views import key_view
 from protocol.admission import PatchQueued
 from protocol.messages import LinkView
-from sandbox.config import RateLimitConfig
-from sandbox.rate_limit import RateLimitSettings
+from sandbox.rate_limit import DailyLimit, RateLimitSettings
 from sandbox.server import BackgroundSandbox
 from services.daily_quota import forget_quotas
 from services.packs import apply_pack
@@ -91,6 +90,11 @@ async def _statuses(pool: asyncpg.Pool, ids: list[str]) -> list[str]:
     return sorted(r["status"] for r in rows)
 
 
+def _sandbox_at(instant: datetime, daily: DailyLimit) -> RateLimitSettings:
+    offset = (instant - datetime.now(UTC)).total_seconds()
+    return RateLimitSettings(daily=daily, clock_offset_seconds=offset)
+
+
 async def _view(stack: Stack, record_id: str) -> LinkView:
     view: LinkView = await stack.handle(contact_key(record_id)).query(LinkWorkflow.state)
     return view
@@ -140,9 +144,10 @@ async def test_a_429_naming_the_daily_limit_pauses_the_budget_until_the_reset(
     await _with_quota(stack.pool, remote, dailyQuota=1000)
     ids = await _contacts(stack.pool, 4)
     before = (await stack.sandbox.rate_limit()).settings
-    # The remote's own daily limit is lower than declared (another integration spent it).
-    daily = RateLimitConfig(requests=2, per_seconds=86_400)
-    await stack.sandbox.set_rate_limit(RateLimitSettings(object_types={"contacts": daily}))
+    # The remote's own daily limit is lower than declared (another integration spent it);
+    # the sandbox's day runs on the same moved clock as the worker's.
+    daily = DailyLimit(requests=2)
+    await stack.sandbox.set_rate_limit(_sandbox_at(NOON, daily))
     try:
         for record_id in ids[:3]:
             await stack.push(record_id)
@@ -173,7 +178,7 @@ async def test_a_429_naming_the_daily_limit_pauses_the_budget_until_the_reset(
         assert await _statuses(stack.pool, ids) == expected
 
         # The remote's day and ours turn: both waiting creates go, nothing parked.
-        await stack.sandbox.set_rate_limit(before)
+        await stack.sandbox.set_rate_limit(_sandbox_at(MIDNIGHT + timedelta(seconds=2), daily))
         hooks.move_to(MIDNIGHT + timedelta(seconds=2))
         await eventually(lambda: _statuses(stack.pool, ids), lambda s: s == ["finalized"] * 4, 8.0)
         assert refused[0]["link_key"] in {contact_key(r) for r in ids[:3]}

@@ -12,7 +12,7 @@ import pytest
 from cli.sandbox_cmd import load_sandbox_config
 from sandbox.client import SandboxClient
 from sandbox.config import ObjectTypeConfig, RateLimitConfig
-from sandbox.rate_limit import RateLimitSettings
+from sandbox.rate_limit import DailyLimit, RateLimitSettings
 from tests.sandbox.conftest import StartSandbox
 from tests.sandbox.support import COMPANIES, CONTACTS, contact, eventually, make_config
 
@@ -143,3 +143,33 @@ def test_the_cli_rejects_a_malformed_limit_without_a_traceback() -> None:
     assert result.returncode != 0
     assert "REQUESTS/SECONDS" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def test_the_daily_limit_answers_429_daily_until_the_days_midnight(
+    start_sandbox: StartSandbox,
+) -> None:
+    """Issue 33 item 3: HubSpot's daily limit, per account (every type), reset at midnight
+    in its time zone; the admin API's clock offset turns the day."""
+    now = time.time()
+    noon_offset = (86_400 - now % 86_400) + 12 * 3600  # tomorrow 12:00 UTC
+    server = start_sandbox(make_config())
+    async with httpx.AsyncClient(base_url=server.url, timeout=5.0) as http:
+        sandbox = SandboxClient(server.url, http)
+        daily = DailyLimit(requests=2)
+        await sandbox.set_rate_limit(
+            RateLimitSettings(daily=daily, clock_offset_seconds=noon_offset)
+        )
+        answers = [await http.post(CONTACTS, json=contact(f"d{i}@example.com")) for i in range(2)]
+        other_type = await http.post(COMPANIES, json={"properties": {"name": "Acme"}})
+        turned = RateLimitSettings(daily=daily, clock_offset_seconds=noon_offset + 12 * 3600 + 1)
+        await sandbox.set_rate_limit(turned)
+        next_day = await http.post(COMPANIES, json={"properties": {"name": "Acme"}})
+        report = await sandbox.rate_limit()
+
+    assert [a.status_code for a in answers] == [201, 201]
+    assert other_type.status_code == 429  # the day is the account's, not the type's
+    assert other_type.json()["policyName"] == "DAILY"
+    assert 12 * 3600 - 60 <= int(other_type.headers["Retry-After"]) <= 12 * 3600 + 1
+    assert other_type.headers["X-HubSpot-RateLimit-Daily-Remaining"] == "0"
+    assert next_day.status_code == 201
+    assert report.throttled == {"companies": 1}
