@@ -37,6 +37,11 @@ SELECT budget_key, quota_day, spent, allowance, resets_at, refused_at
 FROM connector_daily_quota WHERE resets_at > $1 ORDER BY budget_key, quota_day
 """
 
+REFUSED: Final = """
+SELECT budget_key, quota_day, spent, allowance, resets_at, refused_at
+FROM connector_daily_quota WHERE resets_at > $1 AND refused_at IS NOT NULL
+"""
+
 WAITING: Final = """
 SELECT budget_key, quota_day, spent, allowance, resets_at, refused_at
 FROM connector_daily_quota
@@ -97,6 +102,11 @@ def _row(r: Record) -> QuotaDayRow:
 async def current_days(conn: Conn, now: datetime) -> list[QuotaDayRow]:
     """Every budget's days that have not reset by `now`."""
     return [_row(r) for r in await conn.fetch(CURRENT, now)]
+
+
+async def refused_days(conn: Conn, now: datetime) -> list[QuotaDayRow]:
+    """Every budget's day the remote refused that has not reset by `now`."""
+    return [_row(r) for r in await conn.fetch(REFUSED, now)]
 
 
 async def waiting_day(conn: Conn, key: str, now: datetime) -> QuotaDayRow | None:

@@ -4,8 +4,9 @@ per remote request, or say until when the budget waits.
 The declared quotas come from the active packs (`protocol.daily_quota.budget_quotas`),
 cached per database for `QUOTAS_TTL_S` (a changed quota applies within that); the count
 is Postgres's, in the caller's transaction (`db.daily_quota.spend`), so it holds across
-every worker process and a worker's death. A budget without a `dailyQuota` costs nothing
-here: no statement, no row, unless the remote itself refuses a day (`refuse_day`).
+every worker process and a worker's death. A budget without a `dailyQuota` costs no
+statement per request and keeps no count; a day the remote refuses (`refuse_day`)
+pauses it all the same, known from the same cache.
 """
 
 from __future__ import annotations
@@ -42,23 +43,33 @@ class QuotaWait:
     refused: bool  # the remote answered a 429 naming its daily policy (else: share spent)
 
 
-# Per database: (monotonic expiry, quotas by budget key).
-_quotas: dict[str, tuple[float, dict[str, DailyQuota]]] = {}
+@dataclass
+class _Known:
+    """What a worker knows of the budgets, re-read every `QUOTAS_TTL_S`: the declared
+    quotas, and the days the remote refused (by budget key, until their reset)."""
+
+    expires: float
+    quotas: dict[str, DailyQuota]
+    refused: dict[str, datetime]
 
 
-async def _budget_quotas(pool: asyncpg.Pool, conn: Conn) -> dict[str, DailyQuota]:
+_known: dict[str, _Known] = {}  # per database
+
+
+async def _budgets(pool: asyncpg.Pool, conn: Conn, now: datetime) -> _Known:
     cache_key = database_key(pool)
-    cached = _quotas.get(cache_key)
-    if cached is not None and time.monotonic() < cached[0]:
-        return cached[1]
+    known = _known.get(cache_key)
+    if known is not None and time.monotonic() < known.expires:
+        return known
     quotas = budget_quotas(await active_manifests(conn))
-    _quotas[cache_key] = (time.monotonic() + QUOTAS_TTL_S, quotas)
-    return quotas
+    refused = {d.budget_key: d.resets_at for d in await q.refused_days(conn, now)}
+    known = _known[cache_key] = _Known(time.monotonic() + QUOTAS_TTL_S, quotas, refused)
+    return known
 
 
 def forget_quotas() -> None:
     """Drop every cached quota (a test that changes a pack's quota and must see it now)."""
-    _quotas.clear()
+    _known.clear()
 
 
 async def spend_or_wait(
@@ -66,11 +77,15 @@ async def spend_or_wait(
 ) -> QuotaWait | None:
     """Spend one request of the budget's day in `conn`'s transaction (None: go on), or the
     wait when the day's share is spent or the remote refused the day. Nothing is written
-    when it waits: a caller that rolls back its claim leaves no trace."""
+    when it waits: a caller that rolls back its claim leaves no trace. A budget without a
+    declared quota costs no statement: a day the remote refused is known from the cache
+    (at once in this worker, within `QUOTAS_TTL_S` in the others)."""
     key = budget_key(remote_scope, credential_ref)
-    quota = (await _budget_quotas(pool, conn)).get(key)
+    known = await _budgets(pool, conn, now)
+    quota = known.quotas.get(key)
     if quota is None:
-        return None
+        until = known.refused.get(key)
+        return QuotaWait(key, until, refused=True) if until is not None and until > now else None
     resets_at = next_reset(now, quota.time_zone)
     day = quota_day(now, quota.time_zone)
     if await q.spend(conn, key, day, quota.allowance, resets_at) is not None:
@@ -85,11 +100,13 @@ async def refuse_day(
     """The remote answered a 429 naming its daily limit: the whole budget waits until the
     quota's reset (its declared zone's midnight; UTC's when it declares no quota)."""
     key = budget_key(remote_scope, credential_ref)
-    quota = (await _budget_quotas(pool, conn)).get(key)
+    known = await _budgets(pool, conn, now)
+    quota = known.quotas.get(key)
     zone = quota.time_zone if quota else DEFAULT_RESET_TIME_ZONE
     resets_at = next_reset(now, zone)
     allowance = quota.allowance if quota else None
     await q.refuse(conn, key, quota_day(now, zone), allowance, resets_at, now)
+    known.refused[key] = resets_at  # this worker's next request waits at once
     return QuotaWait(key, resets_at, refused=True)
 
 

@@ -4,9 +4,13 @@ workers both spend the last unit, a refused day spends nothing, and `status` sho
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import asyncpg
+import pytest
+import yaml
 from rich.console import Console
 
 from cli.status_cmd import render
@@ -14,13 +18,27 @@ from db import daily_quota as q
 from db.records import Conn
 from protocol.daily_quota import next_reset, quota_day
 from protocol.status import gauges
+from services.daily_quota import QuotaWait, forget_quotas, refuse_day, spend_or_wait
+from services.packs import apply_pack
 from services.status import read_status
 from tests.e2e.support import eventually
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 KEY = "rb1_test-budget"
 NOW = datetime.now(UTC)
 DAY = quota_day(NOW, "UTC")
 RESETS = next_reset(NOW, "UTC")
+
+
+@pytest.fixture
+async def remote_scope_pack(db_pool: asyncpg.Pool) -> AsyncIterator[None]:
+    """The demo pack, which declares no daily quota."""
+    manifest = yaml.safe_load((EXAMPLES / "demo-pack.yaml").read_text())
+    async with db_pool.acquire() as conn:
+        await apply_pack(conn, manifest)
+    forget_quotas()
+    yield
+    forget_quotas()
 
 
 async def _spend(conn: Conn, allowance: int) -> int | None:
@@ -98,3 +116,22 @@ async def test_a_day_the_remote_refused_spends_nothing_and_status_says_until_whe
         f"daily quota {KEY}: 1 of 100 spent, waiting for the daily quota (the remote refused "
         f"the day) until {RESETS.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
     ) in console.export_text()
+
+
+async def test_a_budget_without_a_quota_pauses_when_the_remote_refuses_its_day(
+    db_pool: asyncpg.Pool, remote_scope_pack: None
+) -> None:
+    scope, credential = "sandbox-portal", "env:SANDBOX_TOKEN"
+    async with db_pool.acquire() as conn:
+        assert await spend_or_wait(db_pool, conn, scope, credential, NOW) is None
+        refused = await refuse_day(db_pool, conn, scope, credential, NOW)
+        # This worker knows at once; another (an empty cache) reads it from Postgres.
+        first = await spend_or_wait(db_pool, conn, scope, credential, NOW)
+        forget_quotas()
+        other = await spend_or_wait(db_pool, conn, scope, credential, NOW)
+        after = await spend_or_wait(db_pool, conn, scope, credential, RESETS)
+    assert refused.resets_at == RESETS
+    assert first == other == QuotaWait(refused.budget_key, RESETS, refused=True)
+    assert after is None
+    # No quota declared: nothing counted, the refusal's row only.
+    assert await db_pool.fetchval("SELECT sum(spent) FROM connector_daily_quota") == 0
