@@ -30,4 +30,9 @@ if os.environ.get(USE_ENV) != "1":
 for name in ("COLUMNS", "LINES"):
     os.environ.pop(name, None)
 
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.temporal", "tests.fixtures.schedule"]
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.temporal",
+    "tests.fixtures.schedule",
+    "tests.fixtures.assert_cache",
+]
