@@ -89,13 +89,15 @@ def _load(path: Path) -> ManifestSource:
 
 
 def _first_line(path: Path) -> bytes:
+    """The file's first line (up to 1 MiB); empty when it is not a regular file one can
+    read, for `read_document` to say why."""
+    if not path.is_file():
+        return b""
     try:
-        if not path.is_file():
-            bad_input(f"{path}: not a regular file; give a manifest `revalidate plan` wrote")
         with path.open("rb") as stream:
             return stream.readline(1 << 20)
-    except OSError as exc:
-        bad_input(f"{path}: cannot read ({exc.strerror or exc}); check the path and permissions")
+    except OSError:
+        return b""
 
 
 @contextmanager

@@ -167,18 +167,21 @@ ORDER BY r.link_key COLLATE "C"
 
 def link_states_of(rows: Iterable[Record]) -> Iterator[LinkRowState]:
     """The rows as models. A bulk read's links mostly share one profile snapshot, so each
-    distinct snapshot text is parsed once (issue 16, P4); validating copies it into each
-    model, so no two models share it."""
+    distinct snapshot text is parsed once and shared by the models read with it (issue 34:
+    their digests then encode it once, protocol.link_row). The columns are the model's
+    fields with their types; nothing mutates a model's snapshot."""
     snapshots: dict[str, JsonValue] = {}
     for row in rows:
         values = dict(row)
         values.pop("row_version", None)  # read beside the state for the compare-and-set
-        text = values["profile_snapshot"]
+        text = values.pop("profile_snapshot")
+        state = LinkRowState.model_validate({**values, "profile_snapshot": None})
         if text is not None:
             if text not in snapshots:
                 snapshots[text] = json.loads(text)
-            values["profile_snapshot"] = snapshots[text]
-        yield LinkRowState.model_validate(values)
+            # The one parsed snapshot, shared (validation would copy it into each model).
+            state.__dict__["profile_snapshot"] = snapshots[text]
+        yield state
 
 
 def _receipt(row: Record) -> RevalidationReceipt:

@@ -13,7 +13,7 @@ from typing import Final, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from protocol.canonical import join_members, member_text, object_members, sha256_hex
+from protocol.canonical import join_members, member_text, object_members, sha256_hex, value_text
 from protocol.revalidation_manifest import RevalidationMember
 
 ROW_DIGEST_ALGORITHM: Final = "connector-push/link-row:v1"
@@ -93,7 +93,29 @@ def link_row_digest(row: LinkRowState) -> str:
     """sha256 of canonical JSON {algorithm, row}: the value a member's expected digest binds."""
     # vars(row) is row.model_dump(mode="json"): every field is already a JSON value
     # (str, None or the JSON snapshot), and skipping the serializer halves the cost (P4).
-    return _members_digest(object_members(vars(row)))
+    return _members_digest(_row_members(row))
+
+
+def _row_members(row: LinkRowState) -> dict[str, str]:
+    """`object_members` of the row, the profile snapshot's encoding reused from the last
+    row that carried the very same snapshot object (a page of links read together shares
+    one: db/revalidation.py link_states_of): its json.dumps was a third of a digest."""
+    values = vars(row)
+    members = object_members({k: v for k, v in values.items() if k != "profile_snapshot"})
+    members["profile_snapshot"] = _snapshot_member(values["profile_snapshot"])
+    return members
+
+
+# The last snapshot encoded and its member text; the object is kept, so `is` is exact.
+_last_snapshot: list[tuple[JsonValue, str]] = []
+
+
+def _snapshot_member(snapshot: JsonValue) -> str:
+    if _last_snapshot and _last_snapshot[0][0] is snapshot:
+        return _last_snapshot[0][1]
+    text = member_text("profile_snapshot", value_text(snapshot))
+    _last_snapshot[:] = [(snapshot, text)]
+    return text
 
 
 # The digested document's other member ("algorithm" sorts before "row").
@@ -116,7 +138,7 @@ class RowDigests(NamedTuple):
 def row_digests(row: LinkRowState, member: RevalidationMember, operation_id: str) -> RowDigests:
     """The digests of `row` and of its after-state, which share every unmoved column's
     encoding (issue 16, P4: each member of a bulk manifest needs both)."""
-    before = object_members(vars(row))
+    before = _row_members(row)
     after = {**before, **object_members(_moved(member, operation_id))}
     return RowDigests(_members_digest(before), _members_digest(after))
 

@@ -1,6 +1,5 @@
 """`revalidate owner` (C-4): one command, after an install change, that validates every
-link of an owner key against its active install, in operations small enough for
-Postgres's default lock table."""
+link of an owner key against its active install, in operations of OWNER_CHUNK links."""
 
 from __future__ import annotations
 
@@ -114,8 +113,9 @@ def owner_operation_id(install_id: str, now: datetime) -> str:
     return f"revalidate-owner-{install_id[:8]}-{now:%Y%m%dT%H%M%S%f}"
 
 
-# Members per operation of `revalidate owner`: two advisory locks each until commit, well
-# inside Postgres's default lock table (64 x 100 slots, see `LockTableTooSmall`).
+# Members per operation of `revalidate owner`. Not for the lock table (an operation takes
+# one owner-scope lock whatever its size, issue 34): each operation holds the owner's saves
+# only briefly, and a re-run continues after the operations already applied.
 OWNER_CHUNK = 2000
 EXAMPLES = 5
 

@@ -2,9 +2,10 @@
 
 V-7  (000:549-558): a stored receipt holds the manifest's digest, its approval digest and
      both fingerprint algorithm versions, exactly as the manifest file states them.
-V-10 (000:568-569): links are locked in stable link-key order, so two applies over
-     overlapping links given in opposite orders both finish; no deadlock.
-V-11 (000:570-571): each link-key lock is taken before that link's occupancy-key lock.
+V-10 (000:568-569): links are locked in stable order, so two applies over overlapping
+     links given in opposite orders both finish; no deadlock.
+V-11 (000:570-571): each link-key lock is taken before that link's occupancy-key lock
+     (issue 34: the owner scope lock covers both, before any row lock).
 V-18 (000:600): connector_remote_link has no `effective_*` column (the PATCH half,
      V-6, is tests/unit/test_patch_path_imports.py).
 
@@ -22,7 +23,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from db import revalidation as q
+from db import link_batches as batches_q
+from db import links as links_q
+from db import revalidation_scope as scope_q
 from db.records import Conn
 from protocol.canonical import digest
 from protocol.revalidation import RevalidationResult, RevalidationStatus
@@ -33,7 +36,6 @@ from protocol.revalidation_manifest import (
     document_digest,
     parse_manifest,
 )
-from services import revalidation as revalidation_activity
 from services.revalidation import apply, validate
 from tests.db.revalidation_support import Links, hex64, make_links, plan
 from tests.db.rows import insert_link
@@ -42,8 +44,6 @@ S = RevalidationStatus
 Entry = Callable[[Conn, RevalidationManifest], Coroutine[Any, Any, RevalidationResult]]
 # A lock as pg_locks shows an advisory bigint key: (classid, objid), the key's two halves.
 LockId = tuple[int, int]
-# What a lock is: ("link" | "occupancy", link key).
-LockName = tuple[str, str]
 WAIT_SECONDS = 10.0
 
 
@@ -107,11 +107,17 @@ async def test_a_stored_receipt_carries_the_manifests_digests_and_algorithms(
         assert row["before_row_digest"] == member["expected_row_digest"]
 
 
-# -- V-10, V-11: the advisory-lock order ------------------------------------------------------
+# -- V-10, V-11: the lock order ----------------------------------------------------------
+# Issue 34: a revalidation no longer takes each member's link-key and occupancy-key locks
+# (two per member filled Postgres's lock table). It takes its owner's scope lock first,
+# exclusively: every link-key lock of that owner (admission, dispatch, operator actions,
+# occupancy included) takes the same scope shared before it. So "each link is locked
+# before its occupancy key, in link-key order" holds a fortiori: every link and occupancy
+# key of the owner is locked, at once, before any row lock or occupancy read.
 
 MY_ADVISORY_LOCK = """
 SELECT classid::bigint AS classid, objid::bigint AS objid FROM pg_locks
-WHERE pid = pg_backend_pid() AND locktype = 'advisory'
+WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND mode = 'ExclusiveLock'
 """
 
 ADVISORY_LOCKS_OF = """
@@ -120,84 +126,74 @@ WHERE pid = $1 AND locktype = 'advisory'
 """
 
 
-async def lock_ids(conn: asyncpg.Connection, keys: list[str]) -> dict[LockId, LockName]:
-    """Each key's link and occupancy lock as pg_locks shows it, learnt by taking it with
-    the very functions revalidation uses (so this test holds no copy of the key scheme)."""
-    ids: dict[LockId, LockName] = {}
-    takers = {"link": q.lock_link_key, "occupancy": q.lock_occupancy_key}
-    for key in keys:
-        for kind, take in takers.items():
-            async with conn.transaction():
-                await take(conn, key)
-                row = await conn.fetchrow(MY_ADVISORY_LOCK)
-            assert row is not None
-            ids[(row["classid"], row["objid"])] = (kind, key)
-    return ids
-
-
-async def locks_of(
-    observer: asyncpg.Connection, pid: int, ids: dict[LockId, LockName]
-) -> dict[LockName, bool]:
-    """The link and occupancy locks backend `pid` holds (True) or waits for (False)."""
-    rows = await observer.fetch(ADVISORY_LOCKS_OF, pid)
-    return {ids[lock]: r["granted"] for r in rows if (lock := (r["classid"], r["objid"])) in ids}
+async def scope_lock(conn: asyncpg.Connection, owner: str) -> LockId:
+    """The owner scope lock as pg_locks shows it, learnt by taking it with the very
+    function revalidation uses (so this test holds no copy of the key scheme)."""
+    async with conn.transaction():
+        await scope_q.lock_owner_scopes(conn, [owner])
+        row = await conn.fetchrow(MY_ADVISORY_LOCK)
+    assert row is not None
+    return row["classid"], row["objid"]
 
 
 async def waiting(
-    observer: asyncpg.Connection,
-    pid: int,
-    ids: dict[LockId, LockName],
-    task: asyncio.Task[RevalidationResult],
-) -> dict[LockName, bool]:
-    """`pid`'s locks once it waits for one (its task must not end first)."""
+    observer: asyncpg.Connection, pid: int, task: asyncio.Task[RevalidationResult]
+) -> dict[LockId, bool]:
+    """`pid`'s advisory locks once it waits for one (its task must not end first)."""
     async with asyncio.timeout(WAIT_SECONDS):
         while True:
-            locks = await locks_of(observer, pid, ids)
+            rows = await observer.fetch(ADVISORY_LOCKS_OF, pid)
+            locks = {(r["classid"], r["objid"]): r["granted"] for r in rows}
             if False in locks.values():
                 return locks
             assert not task.done(), task
             await asyncio.sleep(0.01)  # polling pg_locks for the condition, not a delay
 
 
-def occupancy_after_link(locks: dict[LockName, bool]) -> None:
-    """V-11: an occupancy lock held or awaited implies the same key's link lock is held."""
-    for kind, key in locks:
-        if kind == "occupancy":
-            assert locks.get(("link", key)) is True, (key, locks)
+async def no_row_locked(conn: asyncpg.Connection, keys: list[str]) -> bool:
+    """Whether every one of `keys`' link rows can be locked right now (none is held)."""
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "SELECT 1 FROM connector_remote_link WHERE link_key = ANY($1::text[])"
+                " FOR UPDATE NOWAIT",
+                keys,
+            )
+            raise _RollBack
+    except _RollBack:
+        return True
+    except asyncpg.LockNotAvailableError:
+        return False
 
 
-@pytest.mark.parametrize("page", [1, revalidation_activity.PAGE], ids=["page-1", "one-page"])
+class _RollBack(Exception):
+    pass
+
+
 @pytest.mark.parametrize("entry", [validate, apply], ids=["validate", "apply"])
-@pytest.mark.parametrize("held", ["link", "occupancy"])
-async def test_each_link_lock_is_taken_before_its_occupancy_lock(
-    db_pool: asyncpg.Pool,
-    conn: asyncpg.Connection,
-    links: Links,
-    monkeypatch: pytest.MonkeyPatch,
-    entry: Entry,
-    held: str,
-    page: int,
+@pytest.mark.parametrize("held", ["link", "links"])
+async def test_the_owner_scope_is_locked_before_any_link_row_or_occupancy_read(
+    db_pool: asyncpg.Pool, conn: asyncpg.Connection, links: Links, entry: Entry, held: str
 ) -> None:
-    """V-11: with another transaction holding the second link's link (or occupancy) lock,
-    the revalidation stops there holding, for every key it has an occupancy lock on (or
-    awaits one for), that key's link lock; holding the link lock, no occupancy lock yet."""
-    monkeypatch.setattr(revalidation_activity, "PAGE", page)
+    """V-11: with another transaction holding one member's link-key lock (as admission,
+    dispatch or a batch of saves takes it), the revalidation waits for the owner scope,
+    holding nothing else: no link row locked, no occupancy read; then it runs whole."""
     manifest = await plan(conn, links, links.keys)
-    ids = await lock_ids(conn, links.keys)
-    blocked = links.keys[1]
+    owner = await conn.fetchval(
+        "SELECT connector_owner_key FROM connector_remote_link WHERE link_key = $1", links.keys[0]
+    )
+    scope = await scope_lock(conn, owner)
     async with db_pool.acquire() as holder, db_pool.acquire() as runner:
         async with holder.transaction():
-            take = q.lock_link_key if held == "link" else q.lock_occupancy_key
-            await take(holder, blocked)
+            if held == "link":
+                await links_q.lock_link_key(holder, links.keys[1])
+            else:
+                await batches_q.lock_link_keys(holder, links.keys[2:])
             task = asyncio.create_task(entry(runner, manifest))
-            locks = await waiting(conn, runner.get_server_pid(), ids, task)
+            locks = await waiting(conn, runner.get_server_pid(), task)
+            assert locks == {scope: False}
+            assert await no_row_locked(conn, links.keys)
         result = await asyncio.wait_for(task, WAIT_SECONDS)
-    assert [name for name, granted in locks.items() if not granted] == [(held, blocked)]
-    occupancy_after_link(locks)
-    if held == "link":
-        assert ("occupancy", blocked) not in locks
-    else:
-        assert locks[("link", blocked)] is True
     assert result.status in (S.VALIDATED, S.APPLIED)
 
 
@@ -205,10 +201,10 @@ async def test_opposite_orders_over_overlapping_links_do_not_deadlock(
     db_pool: asyncpg.Pool, conn: asyncpg.Connection, links: Links
 ) -> None:
     """V-10: A plans keys 0-2 in ascending order, B keys 3-1 in descending order. With
-    key 1 held elsewhere, A waits on it holding key 0; B must wait on key 1 too, holding
-    nothing: had it locked in the order it was given, it would hold keys 3 and 2, and
-    once key 1 is released A (holding 1, wanting 2) and B (holding 2, wanting 1) would
-    deadlock. Both finish: A applies, B's members 1 and 2 moved under it, so it rejects."""
+    key 1 held elsewhere, A and B both wait for the owner scope, holding nothing (had B
+    locked its links in the order it was given, it would hold keys 3 and 2, and A and B
+    could deadlock). Both finish: A applies, B's members 1 and 2 moved under it, so it
+    rejects."""
     k = links.keys
     first = await plan(conn, links, k[0:3], op="op-a")
     second = await plan(conn, links, [k[3], k[2], k[1]], op="op-b", to="3")
@@ -219,21 +215,20 @@ async def test_opposite_orders_over_overlapping_links_do_not_deadlock(
     with pytest.raises(ValueError, match="sorted"):  # ... and only a sorted one parses
         parse_manifest(unsorted)
 
-    ids = await lock_ids(conn, k)
     async with (
         db_pool.acquire() as holder,
         db_pool.acquire() as a,
         db_pool.acquire() as b,
     ):
         async with holder.transaction():
-            await q.lock_link_key(holder, k[1])
+            await links_q.lock_link_key(holder, k[1])
             task_a = asyncio.create_task(apply(a, first))
-            locks_a = await waiting(conn, a.get_server_pid(), ids, task_a)
+            locks_a = await waiting(conn, a.get_server_pid(), task_a)
             task_b = asyncio.create_task(apply(b, second))
-            locks_b = await waiting(conn, b.get_server_pid(), ids, task_b)
+            locks_b = await waiting(conn, b.get_server_pid(), task_b)
+            assert await no_row_locked(conn, k)
         done_a, done_b = await asyncio.wait_for(asyncio.gather(task_a, task_b), WAIT_SECONDS)
-    assert locks_a == {("link", k[0]): True, ("link", k[1]): False}
-    assert locks_b == {("link", k[1]): False}
+    assert list(locks_a.values()) == [False] and locks_b == locks_a  # the one owner scope
     assert done_a.status is S.APPLIED
     assert done_b.status is S.REJECTED
     assert {c.link_key for c in done_b.conflicts} == {k[1], k[2]}
