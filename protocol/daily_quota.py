@@ -19,11 +19,15 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from protocol.manifest import PackManifest, RateLimit, daily_allowance
+from protocol.manifest import (
+    DEFAULT_DAILY_RESET_TIME_ZONE,
+    PackManifest,
+    RateLimit,
+    daily_allowance,
+)
 from protocol.outcome import parse_json
 from protocol.rate_limit import budget_key
 
-DEFAULT_RESET_TIME_ZONE: Final = "UTC"
 # HubSpot's 429 body names the policy it enforced; its daily limit is `DAILY`.
 DAILY_POLICY_NAMES: Final = frozenset({"DAILY"})
 # A waiting run re-checks this long after the reset, so a worker whose clock runs a little
@@ -38,7 +42,7 @@ class DailyQuota(BaseModel):
 
     quota: int
     share: float
-    time_zone: str = DEFAULT_RESET_TIME_ZONE
+    time_zone: str = DEFAULT_DAILY_RESET_TIME_ZONE
 
     @property
     def allowance(self) -> int:

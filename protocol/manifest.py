@@ -156,6 +156,10 @@ class LocatorRecovery(PackModel):
     lookup_path: LookupPath
 
 
+# Whose midnight resets a daily quota when the profile names no zone (issue 33 item 3).
+DEFAULT_DAILY_RESET_TIME_ZONE: Final = "UTC"
+
+
 def daily_allowance(quota: int, share: float) -> int:
     """Requests per day this product may spend: the share of the quota, rounded down (a
     share is never exceeded). The epsilon absorbs binary fractions (10 x 0.3 is 3)."""
@@ -181,7 +185,7 @@ class RateLimit(PackModel):
     # and the zone whose midnight resets it (protocol.daily_quota).
     daily_quota: int | None = Field(default=None, ge=1)
     daily_share: float = Field(default=1.0, gt=0, le=1)
-    daily_reset_time_zone: TimeZoneName = "UTC"
+    daily_reset_time_zone: TimeZoneName = DEFAULT_DAILY_RESET_TIME_ZONE
 
     @property
     def per_second(self) -> float:
@@ -201,7 +205,10 @@ class RateLimit(PackModel):
     def _daily_share_of_a_quota(self) -> RateLimit:
         # Their defaults pass: a dumped manifest carries them and must parse again.
         if self.daily_quota is None:
-            if self.daily_share != 1.0 or self.daily_reset_time_zone != "UTC":
+            if (
+                self.daily_share != 1.0
+                or self.daily_reset_time_zone != DEFAULT_DAILY_RESET_TIME_ZONE
+            ):
                 raise ValueError("dailyShare and dailyResetTimeZone need a dailyQuota")
         elif daily_allowance(self.daily_quota, self.daily_share) < 1:
             raise ValueError("dailyQuota x dailyShare allows no request a day (below 1)")

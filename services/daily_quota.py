@@ -22,12 +22,12 @@ from db import daily_quota as q
 from db.notify import database_key
 from db.records import Conn
 from protocol.daily_quota import (
-    DEFAULT_RESET_TIME_ZONE,
     DailyQuota,
     budget_quotas,
     next_reset,
     quota_day,
 )
+from protocol.manifest import DEFAULT_DAILY_RESET_TIME_ZONE
 from protocol.rate_limit import budget_key
 from services.packs import active_manifests
 
@@ -102,7 +102,7 @@ async def refuse_day(
     key = budget_key(remote_scope, credential_ref)
     known = await _budgets(pool, conn, now)
     quota = known.quotas.get(key)
-    zone = quota.time_zone if quota else DEFAULT_RESET_TIME_ZONE
+    zone = quota.time_zone if quota else DEFAULT_DAILY_RESET_TIME_ZONE
     resets_at = next_reset(now, zone)
     allowance = quota.allowance if quota else None
     await q.refuse(conn, key, quota_day(now, zone), allowance, resets_at, now)
