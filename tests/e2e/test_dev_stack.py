@@ -1,9 +1,11 @@
-"""`connector-push dev` end to end (issues 2, 13, 31): the stack comes up, answers, restarts a
-killed child, its Temporal dev server and its Postgres (`dev status` saying what is down
-meanwhile), stops on Ctrl-C, and a second run reuses its data without re-applying the
-demo; two runs on one data directory (together or one after the other) leave the
-first untouched. Ports and data dirs come from a private copy of temporal-dev.yaml,
-so a developer's running stack is never touched."""
+"""`connector-push dev` end to end (issues 2, 13, 31): the stack comes up, answers, runs
+every documented command (tests/e2e/docs_runner.py), restarts a killed child, its
+Temporal dev server and its Postgres (`dev status` saying what is down meanwhile), stops
+on Ctrl-C, and a second run reuses its data without re-applying the demo; two runs on
+one data directory (together or one after the other) leave the first untouched. All of
+it is one stack's life in one test: a stack start costs ~15 s of CPU here. Ports and data
+dirs come from a private copy of temporal-dev.yaml, so a developer's running stack is
+never touched."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from cli.stack.devconfig import DEFAULT_PATH, REPO_ROOT
 from cli.stack.process import free_ports, port_is_free
+from tests.e2e.docs_runner import run_every_doc
 from tests.e2e.support import eventually_sync, wait_for_output
 
 UP = "dev stack is up"
@@ -36,18 +39,21 @@ UP = "dev stack is up"
 
 @pytest.fixture
 def dev_config() -> Iterator[Path]:
+    """A private copy of temporal-dev.yaml (free ports) in a directory laid out like a
+    checkout: the stack's data in `.dev-data/` beside `examples/`, so the docs' relative
+    paths hold when their commands run here."""
     # Not pytest's tmp_path: its 0700 base locks out the unprivileged postgres user.
     root = Path(tempfile.mkdtemp(prefix="cp-dev-"))
     root.chmod(0o755)
+    (root / "examples").symlink_to(REPO_ROOT / "examples")
+    data = root / ".dev-data"
     doc = yaml.safe_load(DEFAULT_PATH.read_text())
     frontend, ui, postgres, ingress, sandbox, metrics = free_ports(6)
-    doc["data_dir"] = str(root)
-    doc["temporal"].update(
-        frontend_port=frontend, ui_port=ui, db_file=str(root / "temporal.sqlite")
-    )
-    doc["postgres"].update(port=postgres, data_dir=str(root / "postgres"))
+    doc["data_dir"] = str(data)
+    doc["temporal"].update(frontend_port=frontend, ui_port=ui, db_file=str(data / "temporal.db"))
+    doc["postgres"].update(port=postgres, data_dir=str(data / "postgres"))
     doc["ingress"]["port"] = ingress
-    doc["sandbox"].update(port=sandbox, persist_file=str(root / "sandbox.json"))
+    doc["sandbox"].update(port=sandbox, persist_file=str(data / "sandbox.json"))
     doc["worker_metrics"]["port"] = metrics
     path = root / "temporal-dev.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -214,47 +220,6 @@ def poll_text(url: str, needle: str, timeout_s: float) -> str:
     return eventually_sync(body, lambda text: needle in text, timeout_s, interval_s=0.5)
 
 
-@pytest.mark.slow(seconds=60)
-@pytest.mark.timeout(300)  # two stack starts, three kills and restarts on a shared machine
-def test_dev_stack_starts_answers_stops_and_reuses_data(dev_config: Path) -> None:
-    doc = yaml.safe_load(dev_config.read_text())
-    log = dev_config.parent / "dev.log"
-    process = start(dev_config, log)
-    try:
-        output = wait_for_output(log, UP, process, timeout_s=180)
-        assert "demo pack: demo-owner installed" in output
-        t, s, i = doc["temporal"], doc["sandbox"], doc["ingress"]
-        assert httpx.get(f"http://127.0.0.1:{t['ui_port']}", timeout=10).status_code == 200
-        ledger = httpx.get(f"http://127.0.0.1:{s['port']}/_sandbox/ledger", timeout=10)
-        assert ledger.json() == {"entries": []}
-        assert httpx.get(f"http://127.0.0.1:{i['port']}/healthz", timeout=10).status_code == 200
-        # OPS: the worker's metrics endpoint is on, with the status gauges (published
-        # every 15 s once the worker runs).
-        metrics = f"http://127.0.0.1:{doc['worker_metrics']['port']}/metrics"
-        assert "connector_push_status" in poll_text(metrics, "connector_push_status", 90)
-        env = cli(dev_config, "dev", "env")
-        assert f"export SANDBOX_URL=http://127.0.0.1:{s['port']}" in env.stdout.splitlines()
-        kill_and_see_restart(dev_config, log, process)
-        kill_temporal_and_see_the_truth(dev_config, log, process, doc)
-        kill_postgres_and_see_restart(dev_config, log, process)
-        assert process.poll() is None  # the stack stayed up
-    finally:
-        code = stop(process)
-    assert code == 0
-    for port in (doc["temporal"]["ui_port"], doc["postgres"]["port"], doc["sandbox"]["port"]):
-        assert port_is_free("127.0.0.1", port), f"port {port} still taken after Ctrl-C"
-
-    log = dev_config.parent / "dev-again.log"
-    again = start(dev_config, log)
-    try:
-        output = wait_for_output(log, UP, again, timeout_s=180)
-        assert "migrations: current" in output
-        assert "demo data: loaded on an earlier run, left as it is" in output
-        assert "demo pack:" not in output
-    finally:
-        assert stop(again) == 0
-
-
 def first_exit(processes: list[subprocess.Popen[bytes]], timeout_s: float) -> int:
     """Index of the first process to exit (polled, bounded)."""
 
@@ -273,24 +238,61 @@ def _one_line_refusal(process: subprocess.Popen[bytes], log: Path) -> str:
     return line
 
 
-@pytest.mark.slow(seconds=20)
-def test_a_second_dev_run_touches_nothing_together_or_after(dev_config: Path) -> None:
+@pytest.mark.slow(seconds=120)
+@pytest.mark.timeout(900)  # three starts, ~50 doc commands, three kills on a shared machine
+def test_a_dev_stack_from_its_first_start_to_its_data_reused(dev_config: Path) -> None:
+    """One stack's whole life, so its start is paid once for every check (issue 31): two
+    runs started together on one data directory (one owns it, the other says so in one
+    line, as does a third started after); the fresh stack answers on every port; every
+    documented command runs against it (tests/e2e/docs_runner.py); a killed child, its
+    Temporal server and its Postgres are restarted; Ctrl-C stops it; and a second run
+    reuses its data without re-applying the demo."""
     doc = yaml.safe_load(dev_config.read_text())
-    logs = [dev_config.parent / f"dev-{n}.log" for n in range(3)]
+    root = dev_config.parent
+    logs = [root / f"dev-{n}.log" for n in range(3)]
     both = [start(dev_config, logs[0]), start(dev_config, logs[1])]
+    codes: list[int] = []
     try:
         # Started together: exactly one owns the data directory, the other says so.
         loser = first_exit(both, timeout_s=120)
-        winner = 1 - loser
-        wait_for_output(logs[winner], UP, both[winner], timeout_s=180)
+        process, log = both[1 - loser], logs[1 - loser]
+        output = wait_for_output(log, UP, process, timeout_s=180)
         _one_line_refusal(both[loser], logs[loser])
         # And one after the other: one line with the running stack's PID and URLs.
         line = _one_line_refusal(start(dev_config, logs[2]), logs[2])
-        assert f"pid {both[winner].pid}" in line and f":{doc['postgres']['port']}/" in line
-        # The running stack's Postgres and services were not touched.
-        assert httpx.get(f"http://127.0.0.1:{doc['ingress']['port']}/healthz").status_code == 200
-        assert not port_is_free("127.0.0.1", doc["postgres"]["port"])
+        assert f"pid {process.pid}" in line and f":{doc['postgres']['port']}/" in line
+
+        assert "demo pack: demo-owner installed" in output
+        t, s, i = doc["temporal"], doc["sandbox"], doc["ingress"]
+        assert httpx.get(f"http://127.0.0.1:{t['ui_port']}", timeout=10).status_code == 200
+        ledger = httpx.get(f"http://127.0.0.1:{s['port']}/_sandbox/ledger", timeout=10)
+        assert ledger.json() == {"entries": []}
+        assert httpx.get(f"http://127.0.0.1:{i['port']}/healthz", timeout=10).status_code == 200
+        # OPS: the worker's metrics endpoint is on, with the status gauges (published
+        # every 15 s once the worker runs).
+        metrics = f"http://127.0.0.1:{doc['worker_metrics']['port']}/metrics"
+        assert "connector_push_status" in poll_text(metrics, "connector_push_status", 90)
+        env = cli(dev_config, "dev", "env")
+        assert f"export SANDBOX_URL=http://127.0.0.1:{s['port']}" in env.stdout.splitlines()
+
+        run_every_doc(root, dev_config)
+
+        kill_and_see_restart(dev_config, log, process)
+        kill_temporal_and_see_the_truth(dev_config, log, process, doc)
+        kill_postgres_and_see_restart(dev_config, log, process)
+        assert process.poll() is None  # the stack stayed up
     finally:
-        for process in both:
-            if process.poll() is None:
-                assert stop(process) == 0
+        codes = [stop(p) for p in both if p.poll() is None]
+    assert codes == [0]
+    for port in (doc["temporal"]["ui_port"], doc["postgres"]["port"], doc["sandbox"]["port"]):
+        assert port_is_free("127.0.0.1", port), f"port {port} still taken after Ctrl-C"
+
+    log = root / "dev-again.log"
+    again = start(dev_config, log)
+    try:
+        output = wait_for_output(log, UP, again, timeout_s=180)
+        assert "migrations: current" in output
+        assert "demo data: loaded on an earlier run, left as it is" in output
+        assert "demo pack:" not in output
+    finally:
+        assert stop(again) == 0
