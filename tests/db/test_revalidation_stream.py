@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from db.revalidation_owner import SELECT_FINALIZED_LINKS_PAGE
 from protocol.revalidation import RevalidationResult
 from protocol.states import AttemptStatus
 from services import revalidation as revalidation_activity
@@ -25,6 +26,7 @@ from tests.db.revalidation_support import APPROVAL, Links, S, attempt_at, hex64,
 from tests.db.revalidation_support import conn as conn  # the fixtures
 from tests.db.revalidation_support import links as links
 from tests.db.rows import insert_link
+from tests.db.scale_rows import fill
 
 MEMBERS = 50
 
@@ -124,3 +126,28 @@ async def test_plan_validate_apply_through_the_cli_with_json_lines(
     cut.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))
     refused = await _cli("apply", str(cut), "--database-url", db_dsn)
     assert refused.exit_code == 2 and "cut short" in refused.output
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(n for child in plan.get("Plans", []) for n in _plan_nodes(child))]
+
+
+async def test_each_plan_page_reads_the_owner_finalized_key_index(db_dsn: str) -> None:
+    """Migration 0130: a page of `plan --all-finalized` (and `revalidate owner`) walks
+    the (owner, link key COLLATE "C") index of finalized links from the last key: no
+    scan and sort of the link table per page (quadratic in the owner's links)."""
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        await fill(conn, 2000)  # (at a page of 5,000 the same holds from ~100,000 links)
+        after = await conn.fetchval(
+            'SELECT link_key FROM connector_remote_link ORDER BY link_key COLLATE "C" '
+            "OFFSET 1000 LIMIT 1"
+        )
+        explained = await conn.fetchval(
+            f"EXPLAIN (FORMAT JSON) {SELECT_FINALIZED_LINKS_PAGE}", "owner-1", after, 50
+        )
+    finally:
+        await conn.close()
+    nodes = _plan_nodes(json.loads(explained)[0]["Plan"])
+    assert not [n for n in nodes if n["Node Type"] in ("Seq Scan", "Sort")], nodes
+    assert {n.get("Index Name") for n in nodes} >= {"connector_remote_link_finalized_key_ix"}
