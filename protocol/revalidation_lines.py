@@ -135,10 +135,15 @@ def _head(header: ManifestHeader, manifest_digest: str, count: int) -> ManifestH
 
 class ManifestLines(_Lines):
     """Invariant 1 over a JSON Lines manifest: feed the header line (constructor), then
-    each member line (`member`), then the trailer (`finish`), each without its newline."""
+    each member line (`member`), then the trailer (`finish`), each without its newline.
 
-    def __init__(self, header_line: bytes) -> None:
+    `reread=True` is for a second pass over a file already checked whole: members are
+    parsed and hashed but not re-serialised to prove them canonical, since `finish`
+    proves the bytes are those checked (the same digest) before anything commits."""
+
+    def __init__(self, header_line: bytes, *, reread: bool = False) -> None:
         super().__init__()
+        self._reread = reread
         self.header = _parse(ManifestHeader, header_line, 1)
         algorithms = (
             self.header.mapping_fingerprint_algorithm,
@@ -152,7 +157,13 @@ class ManifestLines(_Lines):
         self._add_header(header_line)
 
     def member(self, line: bytes) -> RevalidationMember:
-        member = _parse(RevalidationMember, line, self.count + 2)
+        if self._reread:
+            try:
+                member = RevalidationMember.model_validate_json(line)
+            except ValidationError as error:
+                raise _where(_shape_error(error), self.count + 2) from None
+        else:
+            member = _parse(RevalidationMember, line, self.count + 2)
         self._add_member(member, line)
         return member
 

@@ -54,13 +54,15 @@ def _lines(stream: BinaryIO) -> Iterator[bytes]:
         yield line.removesuffix(b"\n")
 
 
-def _check(stream: BinaryIO, size: int) -> Iterator[Sequence[RevalidationMember] | ManifestHead]:
+def _check(
+    stream: BinaryIO, size: int, *, reread: bool = False
+) -> Iterator[Sequence[RevalidationMember] | ManifestHead]:
     """Pages of checked members, then the checked head (ManifestRejected at a problem)."""
     lines = _lines(stream)
     header = next(lines, None)
     if header is None:
         raise ManifestRejected(ManifestRejectReason.INVALID_SHAPE, "the file is empty")
-    reader = ManifestLines(header)
+    reader = ManifestLines(header, reread=reread)
     page: list[RevalidationMember] = []
     trailer: bytes | None = None
     for line in lines:
@@ -101,7 +103,8 @@ class ManifestFile:
 
     def pages(self, size: int) -> Iterator[Sequence[RevalidationMember]]:
         with self.path.open("rb") as stream:
-            for item in _check(stream, size):
+            # Checked whole by `open`: the digest at the end proves these are its bytes.
+            for item in _check(stream, size, reread=True):
                 if isinstance(item, ManifestHead):
                     if (item.manifest_digest, item.member_count) != (
                         self._head.manifest_digest,

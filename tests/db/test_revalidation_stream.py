@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from db.revalidation_owner import SELECT_FINALIZED_LINKS_PAGE
 from protocol.revalidation import RevalidationResult
+from protocol.revalidation_manifest import ManifestRejected
 from protocol.states import AttemptStatus
 from services import revalidation as revalidation_activity
 from services import revalidation_plan
@@ -45,9 +46,14 @@ async def _fifty(conn: asyncpg.Connection, links: Links) -> None:
     )
 
 
-async def _write_plan(conn: asyncpg.Connection, links: Links, path: Path) -> Path:
+async def _write_plan(
+    conn: asyncpg.Connection, links: Links, path: Path, keys: tuple[str, ...] | None = None
+) -> Path:
     request = revalidation_plan.PlanRequest(
-        operation_id="op-stream", approval=APPROVAL, new_pack_install_id=str(links.new_pack)
+        operation_id="op-stream",
+        approval=APPROVAL,
+        new_pack_install_id=str(links.new_pack),
+        link_keys=keys,
     )
     with path.open("wb") as out:
         await revalidation_plan.write_plan(conn, request, out)
@@ -151,3 +157,18 @@ async def test_each_plan_page_reads_the_owner_finalized_key_index(db_dsn: str) -
     nodes = _plan_nodes(json.loads(explained)[0]["Plan"])
     assert not [n for n in nodes if n["Node Type"] in ("Seq Scan", "Sort")], nodes
     assert {n.get("Index Name") for n in nodes} >= {"connector_remote_link_finalized_key_ix"}
+
+
+async def test_a_file_changed_after_its_check_is_refused_and_nothing_is_written(
+    conn: asyncpg.Connection, links: Links, tmp_path: Path
+) -> None:
+    path = await _write_plan(conn, links, tmp_path / "m.jsonl")
+    manifest = ManifestFile.open(path)
+    # A valid manifest of its own (same operation, one member), where the checked one was.
+    other = await _write_plan(conn, links, tmp_path / "other.jsonl", (links.keys[0],))
+    path.write_bytes(other.read_bytes())
+    before = await state(conn)
+    with pytest.raises(ManifestRejected, match="changed after it was checked"):
+        await apply(conn, manifest)
+    assert not conn.is_in_transaction()
+    assert await state(conn) == before
