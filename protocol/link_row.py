@@ -13,7 +13,7 @@ from typing import Final, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from protocol.canonical import join_members, member_text, object_members, sha256_hex, value_text
+from protocol.canonical import member_text, object_members, sha256_hex, value_text
 from protocol.revalidation_manifest import RevalidationMember
 
 ROW_DIGEST_ALGORITHM: Final = "connector-push/link-row:v1"
@@ -97,14 +97,33 @@ def link_row_digest(row: LinkRowState) -> str:
 
 
 def _row_members(row: LinkRowState) -> dict[str, str]:
-    """`object_members` of the row, the profile snapshot's encoding reused from the last
-    row that carried the very same snapshot object (a page of links read together shares
-    one: db/revalidation.py link_states_of): its json.dumps was a third of a digest."""
-    values = vars(row)
-    members = object_members({k: v for k, v in values.items() if k != "profile_snapshot"})
-    members["profile_snapshot"] = _snapshot_member(values["profile_snapshot"])
+    """`object_members` of the row, reusing the encodings a bulk read's rows share: every
+    column but the per-link ones (from a small cache by column and value), and the profile
+    snapshot from the last row that carried the very same snapshot object (a page of links
+    read together shares one: db/revalidation.py link_states_of). Encoding them afresh
+    was most of a digest's cost (issue 34)."""
+    members: dict[str, str] = {}
+    texts = _member_texts
+    for key, value in vars(row).items():
+        if key == "profile_snapshot":
+            members[key] = _snapshot_member(value)
+        elif key in _PER_LINK:
+            members[key] = member_text(key, value_text(value))
+        else:
+            text = texts.get((key, value))
+            if text is None:
+                if len(texts) >= _MEMBER_TEXTS_MAX:
+                    texts.clear()
+                text = texts[(key, value)] = member_text(key, value_text(value))
+            members[key] = text
     return members
 
+
+# Columns whose values differ from link to link (not worth caching); every other column
+# is text or null, so (column, value) is a key.
+_PER_LINK: Final = frozenset({"link_key", "source_record_id", "remote_id"})
+_MEMBER_TEXTS_MAX: Final = 4096
+_member_texts: dict[tuple[str, object], str] = {}
 
 # The last snapshot encoded and its member text; the object is kept, so `is` is exact.
 _last_snapshot: list[tuple[JsonValue, str]] = []
@@ -118,14 +137,17 @@ def _snapshot_member(snapshot: JsonValue) -> str:
     return text
 
 
-# The digested document's other member ("algorithm" sorts before "row").
-_ALGORITHM_MEMBER: Final = object_members({"algorithm": ROW_DIGEST_ALGORITHM})
+# The digested document is {"algorithm": ..., "row": {...}} ("algorithm" sorts first),
+# and a row's members are always LinkRowState's fields: their sorted order is fixed.
+_ALGORITHM_MEMBER: Final = member_text("algorithm", value_text(ROW_DIGEST_ALGORITHM))
+_ROW_ORDER: Final = tuple(sorted(LinkRowState.model_fields))
 
 
 def _members_digest(row_members: Mapping[str, str]) -> str:
     """`link_row_digest` of the row whose `object_members` these are."""
-    document = {**_ALGORITHM_MEMBER, "row": member_text("row", join_members(row_members))}
-    return sha256_hex(join_members(document).encode("utf-8"))
+    row = "{" + ",".join([row_members[key] for key in _ROW_ORDER]) + "}"
+    document = "{" + _ALGORITHM_MEMBER + "," + member_text("row", row) + "}"
+    return sha256_hex(document.encode("utf-8"))
 
 
 class RowDigests(NamedTuple):
