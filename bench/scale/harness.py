@@ -1,7 +1,9 @@
 """Run bench-scale's parts at each N on one server, and report: flat keys, each figure
-suffixed with its N (`push_per_s_100000`, `P4_1000000`), plus the server's settings
-(`pg_max_locks_per_transaction`, `pg_max_connections`, `pg_shared_buffers`) and how busy
-the machine was (`load_1m_start`, `load_1m_end`)."""
+suffixed with its N (`push_per_s_100000`, `P4_1000000`, `wall_s_1000000`, and how busy
+the machine was: `load_1m_start_<N>`, `load_1m_end_<N>`), plus the server's settings
+(`pg_max_locks_per_transaction`, `pg_max_connections`, `pg_shared_buffers`) and
+`rss_method`. Rates are per second (`_per_s`), times in `_s` or `_ms`, peak RSS in
+`_rss_mb`; a part that failed leaves `<part>_error_<N>`."""
 
 from __future__ import annotations
 
@@ -62,22 +64,22 @@ async def run_scale(
 ) -> Figures:
     began = time.monotonic()
     results: Figures = await server_settings(ctx.admin_dsn)
-    results |= {"rss_method": RSS_METHOD, "load_1m_start": round(os.getloadavg()[0], 2)}
+    results["rss_method"] = RSS_METHOD
     log(f"bench-scale: {', '.join(parts)} at N = {', '.join(f'{n:,}' for n in ns)}; {results}")
     for n in ns:
         started = time.monotonic()
-        figures: Figures = {}
+        figures: Figures = {"load_1m_start": round(os.getloadavg()[0], 2)}
         if {"listing", "revalidation"} & set(parts):
             figures |= await _part("links", links_parts.links(ctx, n, set(parts)), strict)
         if "push" in parts:
             figures |= await _part("push", records_parts.push(ctx, n), strict)
         if "backfill" in parts:
             figures |= await _part("backfill", records_parts.backfill(ctx, n), strict)
+        figures["load_1m_end"] = round(os.getloadavg()[0], 2)
         figures["wall_s"] = round(time.monotonic() - started, 1)
         log(f"bench-scale: N = {n:,} done in {figures['wall_s']} s")
         results |= {f"{key}_{n}": value for key, value in figures.items()}
-    results["load_1m_end"] = round(os.getloadavg()[0], 2)
-    results["wall_s"] = round(time.monotonic() - began, 1)
+    log(f"bench-scale: {time.monotonic() - began:.0f} s in all")
     return results
 
 
