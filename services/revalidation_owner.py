@@ -187,7 +187,7 @@ async def revalidate_owner(
             rejected = result
             break
         operations.append(operation_id)
-        moved += len(result.receipts)
+        moved += result.receipt_count
     outcome = (
         OwnerOutcome.REJECTED
         if rejected is not None
