@@ -17,13 +17,14 @@ from typer.testing import CliRunner
 from cli.main import app
 from db.revalidation_owner import SELECT_FINALIZED_LINKS_PAGE
 from protocol.revalidation import RevalidationResult
+from protocol.revalidation_lines import ManifestWriter, header_for
 from protocol.revalidation_manifest import ManifestRejected
 from protocol.states import AttemptStatus
 from services import revalidation as revalidation_activity
 from services import revalidation_plan
 from services.revalidation import apply, validate
 from services.revalidation_source import ManifestFile
-from tests.db.revalidation_support import APPROVAL, Links, S, attempt_at, hex64, state
+from tests.db.revalidation_support import APPROVAL, Links, S, attempt_at, hex64, plan, state
 from tests.db.revalidation_support import conn as conn  # the fixtures
 from tests.db.revalidation_support import links as links
 from tests.db.rows import insert_link
@@ -171,4 +172,23 @@ async def test_a_file_changed_after_its_check_is_refused_and_nothing_is_written(
     with pytest.raises(ManifestRejected, match="changed after it was checked"):
         await apply(conn, manifest)
     assert not conn.is_in_transaction()
+    assert await state(conn) == before
+
+
+async def test_links_of_another_owner_than_the_header_names_are_rejected(
+    conn: asyncpg.Connection, links: Links, tmp_path: Path
+) -> None:
+    """The header's owner key is the lock scope: a member whose link belongs to another
+    owner would not be covered by it, so it is a conflict (nothing written)."""
+    planned = await plan(conn, links, links.keys)
+    writer = ManifestWriter(header_for("op-other", "someone-else", APPROVAL))
+    lines = [writer.start(), *(writer.member(m) for m in planned.members)]
+    path = tmp_path / "other-owner.jsonl"
+    path.write_bytes(b"".join([*lines, writer.finish()[0]]))
+    before = await state(conn)
+    for entry in (validate, apply):
+        result = await entry(conn, ManifestFile.open(path))
+        assert [(c.link_key, c.reason.value) for c in result.conflicts] == [
+            (key, "other_owner") for key in links.keys
+        ]
     assert await state(conn) == before
