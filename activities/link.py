@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.link_answers import CreateAnswers, SentTry
 from activities.link_base import QuotaExhausted, fail
+from activities.rate_limit import paced
 from db import journal as jq
 from db import links as q
 from db.records import Conn
@@ -85,6 +86,8 @@ class LinkActivities(CreateAnswers):
     async def dispatch_create(self, input: DispatchInput) -> StepResult:
         """Claim and POST the pending create, or resume whatever a crash left behind; on a
         finalized link, send its queued PATCH instead."""
+        if (later := await paced(self._pool, input.link_key)) is not None:
+            return later  # NF-8: the budget's next slot is out of reach; nothing was sent
         plan = await self._plan(input.link_key)
         if isinstance(plan, ApplicationError):
             raise plan  # only now: the parked state it reports has committed

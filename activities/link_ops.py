@@ -7,6 +7,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.patch_dispatch import PatchDispatch
+from activities.rate_limit import paced
 from db import links as q
 from db import patches as pq
 from protocol.errors import ActivityErrorType as E
@@ -31,6 +32,8 @@ class LinkOpsActivities(PatchDispatch):
     @activity.defn
     async def dispatch_patch(self, input: DispatchInput) -> StepResult:
         """Claim the queued PATCH, gate it, send it to the link's remote id, record the outcome."""
+        if (later := await paced(self._pool, input.link_key)) is not None:
+            return later  # NF-8: the budget's next slot is out of reach; nothing was sent
         return await self._dispatch_patch(input.link_key)
 
     @activity.defn

@@ -145,7 +145,7 @@ async def admit_page(run: Run, record_ids: list[str], tally: Tally) -> None:
     async def wake(save: SaveRequest, decision: AdmissionDecision) -> None:
         async with gate:
             status = await wake_best_effort(
-                run.client, run.task_queue, decision, pool=run.pool, save=save
+                run.client, run.task_queue, decision, pool=run.pool, save=save, bulk=True
             )
         if status is WakeStatus.DEFERRED:
             tally.wake_deferred += 1

@@ -51,6 +51,9 @@ class RecordSaved(Message):
     # An operator command sends its update next: a run that would end (WF-1') waits
     # for it a bounded time (`workflows.link.OPERATOR_HOLD`).
     for_operator: bool = False
+    # NF-8: admitted by a bulk `push`: the link's remote steps queue behind single saves
+    # (a lower Temporal priority). Any save that is not bulk lifts the run back.
+    bulk: bool = False
 
 
 # -- activity: dispatch the create --------------------------------------------

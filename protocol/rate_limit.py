@@ -6,8 +6,23 @@ hash (no credential reference leaves Postgres in clear). The budget's rate is
 the smallest `rateLimit` declared by a profile that spends it; a budget no
 profile limits has no rate and its requests carry no key.
 
-Enforcement is Temporal's (task-queue fairness keys); these functions only
-decide the numbers, so they are pure and tested without a server.
+Enforcement has two parts (SPEC PROF-3, NF-8, issue 33); these functions only decide
+the numbers, so they are pure and tested without a server:
+
+- Temporal's matching dispatches a budget's remote activities at its declared rate
+  (task-queue fairness keys), so a budget's backlog waits in the task queue, not in
+  worker slots, and budgets (tenants) are fair to each other. A bulk `push` and single
+  saves use two keys of the budget: Temporal's limiter gives a key's tasks their turns
+  in arrival order whatever their priority (measured: a single save queued behind 30
+  bulk tasks of its key went last), so a single save needs a key with no queue.
+- A slot reserved in Postgres (`db.budget_pace`, a GCRA shared by every worker) caps
+  the two keys together at the declared rate: each remote activity waits for its slot
+  before it sends. A slot is reserved before the send, so a worker's death can only
+  leave a slot unused. An idle budget may catch up `PACE_TOLERANCE_S` of its rate at
+  once (a tenth of a 10 s window), which the remote's window absorbs.
+
+The earlier rule (Temporal alone, 20 requests of every window kept unused for its
+limiter's run-ahead) spent 80% of a 100/10 s limit and half of a 20/10 s one.
 """
 
 from __future__ import annotations
@@ -22,15 +37,29 @@ from protocol.manifest import PackManifest, RateLimit
 
 BUDGET_KEY_PREFIX: Final = "rb1_"
 BUDGET_KEY_DOMAIN: Final = b"connector-push/remote-budget/v1\x00"
-# Temporal's fairness limiter lets a key run ahead of its pace: ~7 tasks at the start
-# on a quiet dev server, and up to ~16 in one 10 s window when the workers' polls were
-# starved on a loaded 2-core machine (measured: 46 in a window paced at 30). Pacing
-# leaves that many requests of every declared window unused, so each rolling window
-# stays inside the limit; a large window loses little (500 per 10 s paces at 48/s), a
-# small one more (40 per 10 s at 2/s). A fixed 85% capped bench P6 at 0.86 of the limit.
-BURST_ALLOWANCE: Final = 20
-MAX_PACE: Final = 0.98
-MIN_PACE: Final = 0.5
+# The share of a declared rate a budget is paced at (see the module's docstring).
+PACE: Final = 1.0
+# How much faster than its slots Temporal dispatches a budget's activities: what runs
+# ahead waits for its slot, or past BULK_MAX_PACE_WAIT_S in a workflow timer (two more
+# billed actions). Measured at 20 per 10 s, two workers, load 7-9 on 2 cores: 1.0 gave
+# 0.94 of the limit, 1.05 gave 0.93 (the machine, not the pacing, decided both).
+DISPATCH_AHEAD: Final = 1.0
+# An idle budget's catch-up (seconds of its rate sent at once), and the longest a remote
+# activity waits for its slot (it has 30 s, the HTTP request up to 10): a longer wait is
+# spent in a workflow timer instead, without a slot, and the step is tried again. A bulk
+# step reserves no further ahead than BULK_MAX_PACE_WAIT_S, so what Temporal's limiter
+# dispatched ahead of the pace (measured: ~20 of 40 queued tasks at once) cannot hold
+# the slots a single save needs next.
+PACE_TOLERANCE_S: Final = 1.0
+MAX_PACE_WAIT_S: Final = 12.0
+BULK_MAX_PACE_WAIT_S: Final = 2.0
+# The fairness key of a budget's single saves: the budget's key and this suffix.
+INTERACTIVE_KEY_SUFFIX: Final = ":i"
+# Temporal task priority of a link's remote steps (1 runs first; unset is 3): a single
+# save's steps go before its own tenant's queued bulk `push` (NF-8). Budgets stay fair
+# to each other at each level through their fairness keys.
+INTERACTIVE_PRIORITY: Final = 2
+BULK_PRIORITY: Final = 4
 
 
 class RemoteBudget(BaseModel):
@@ -48,9 +77,46 @@ def budget_key(remote_scope: str, credential_ref: str) -> str:
 
 
 def paced_per_second(limit: RateLimit) -> float:
-    """The rate a declared limit is paced at (requests/s): its window less the burst."""
-    share = (limit.requests - BURST_ALLOWANCE) / limit.requests
-    return limit.per_second * min(MAX_PACE, max(MIN_PACE, share))
+    """The rate a declared limit is paced at (requests/s): the declared rate itself."""
+    return limit.per_second * PACE
+
+
+def remote_priority_key(bulk: bool) -> int:
+    """The Temporal priority of a link's remote steps: bulk (`push`) after single saves."""
+    return BULK_PRIORITY if bulk else INTERACTIVE_PRIORITY
+
+
+def fairness_key_for(budget_key: str | None, bulk: bool) -> str | None:
+    """The fairness key of a link's remote steps: its budget's, single saves apart."""
+    if budget_key is None:
+        return None
+    return budget_key if bulk else budget_key + INTERACTIVE_KEY_SUFFIX
+
+
+class PaceSlot(BaseModel):
+    """Which budget a remote activity spends and the interval between its requests."""
+
+    model_config = ConfigDict(frozen=True)
+
+    budget_key: str
+    interval_s: float
+    max_wait_s: float
+
+
+def pace_slot(
+    fairness_key: str | None, fairness_weight: float | None, default_per_second: float
+) -> PaceSlot | None:
+    """The budget and pace of an activity scheduled with this key and weight (its
+    weight scales the default rate to the budget's); None: no limited budget."""
+    if not fairness_key or not fairness_key.startswith(BUDGET_KEY_PREFIX):
+        return None
+    per_second = (fairness_weight or 1.0) * default_per_second / DISPATCH_AHEAD
+    interactive = fairness_key.endswith(INTERACTIVE_KEY_SUFFIX)
+    return PaceSlot(
+        budget_key=fairness_key.removesuffix(INTERACTIVE_KEY_SUFFIX),
+        interval_s=1 / per_second,
+        max_wait_s=MAX_PACE_WAIT_S if interactive else BULK_MAX_PACE_WAIT_S,
+    )
 
 
 def budget_rates(manifests: Iterable[PackManifest]) -> dict[str, float]:
@@ -108,5 +174,6 @@ def budget_result(
 
 
 def fairness_weight(per_second: float, default_per_second: float) -> float:
-    """The weight that scales a key's default rate limit down to the budget's pace."""
-    return per_second / default_per_second
+    """The weight that scales a key's default rate limit down to the budget's pace (and
+    DISPATCH_AHEAD above it)."""
+    return per_second * DISPATCH_AHEAD / default_per_second

@@ -1,11 +1,12 @@
-"""Remote rate limits across every worker (SPEC PROF-3), enforced by Temporal's matching.
+"""Remote rate limits across every worker (SPEC PROF-3, NF-8): Temporal's matching
+dispatches, a slot in Postgres caps (see `protocol.rate_limit`).
 
 Remote activities (POST, PATCH, locator look-ups) carry their budget's fairness
 key and a weight; the server limits each key to the task queue's default
 fairness rate scaled by the task's weight. The default is set high, so
 activities without a key (every local step) are not slowed, and each limited
-budget's weight brings its key down to its own pace. Measured on the dev server
-(Server 1.32, one task-queue partition): see the commit introducing this module.
+budget's weight brings its key down to its own pace. Each such activity then
+reserves its budget's next slot (`reserve_pace`) and waits for it before sending.
 """
 
 from __future__ import annotations
@@ -26,16 +27,19 @@ from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
 from temporalio.client import Client
 
 from db.bounded import bounded_transaction
+from db.budget_pace import reserve_slot
 from db.notify import PACKS_CHANGED_CHANNEL, database_key, listening
 from db.rate_limits import select_link_budget_row
 from db.records import Conn
 from protocol.rate_limit import (
+    PACE_TOLERANCE_S,
     RemoteBudgetResult,
     budget_key,
     budget_rates,
     budget_result,
     destination_budget,
     fairness_weight,
+    pace_slot,
 )
 from protocol.snapshots import CreateRequestSnapshot
 from services.packs import active_manifests, get_install
@@ -204,3 +208,24 @@ async def ensure_fairness_limit(client: Client, task_queue: str) -> None:
             update_fairness_key_rate_limit_default=default,
         )
     )
+
+
+async def reserve_pace(
+    pool: asyncpg.Pool, fairness_key: str | None, fairness_weight: float | None
+) -> float | None:
+    """Reserve the next request slot of the budget an activity with this key and weight
+    spends and wait for it (NF-8). None: sent now or after the wait; a float: the slot
+    is further off than a remote activity may wait, nothing was reserved, and the caller
+    should come back in that many seconds (a workflow timer)."""
+    slot = pace_slot(fairness_key, fairness_weight, FAIRNESS_DEFAULT_PER_SECOND)
+    if slot is None:
+        return None
+    async with pool.acquire() as conn:
+        reserved, wait = await reserve_slot(
+            conn, slot.budget_key, slot.interval_s, PACE_TOLERANCE_S, slot.max_wait_s
+        )
+    if not reserved:
+        return max(1.0, wait - slot.max_wait_s / 2)  # back with a slot in reach
+    if wait > 0:
+        await asyncio.sleep(wait)  # pacing: the slot is the condition, reserved above
+    return None

@@ -126,10 +126,12 @@ async def wake_best_effort(
     *,
     pool: asyncpg.Pool | None = None,
     save: SaveRequest | None = None,
+    bulk: bool = False,
 ) -> WakeStatus:
     """Wake the decision's workflow if it has work; never raises for Temporal's sake.
     With `pool`, a reserved create's workflow starts already paced by its budget; with
-    `save`, it starts with its summary and static search attributes (OPS-1)."""
+    `save`, it starts with its summary and static search attributes (OPS-1); `bulk`
+    (a bulk `push`): its remote steps yield to single saves (NF-8)."""
     key = decision_link_key(decision)
     if key is None or not wakes_workflow(decision):
         return WakeStatus.NOT_NEEDED
@@ -141,7 +143,8 @@ async def wake_best_effort(
         # holds or fails the caller's answer.
         async with asyncio.timeout(timeout_s):
             budget = await _budget(pool, decision)
-            await wake_link(client, task_queue, key, save_id, budget, _facts(key, decision, save))
+            facts = _facts(key, decision, save)
+            await wake_link(client, task_queue, key, save_id, budget, facts, bulk=bulk)
     except Exception as error:  # Temporal or Postgres down or slow: the relay wakes it later
         # Once per save during an outage: one line per cause and minute, with a count.
         warn.warning(

@@ -12,13 +12,13 @@ from typing import Final
 
 from pydantic import BaseModel
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import Priority, WorkflowIDConflictPolicy
 
 from db import link_search
 from db.records import Conn
 from protocol.identity import LINK_WORKFLOW_TYPE, link_workflow_id
 from protocol.messages import LinkWorkflowInput, RecordSaved
-from protocol.rate_limit import RemoteBudgetResult
+from protocol.rate_limit import RemoteBudgetResult, remote_priority_key
 from protocol.summary import LinkFacts, link_details, link_summary
 from workflows.search_attributes import start_attributes
 
@@ -34,19 +34,24 @@ async def wake_link(
     facts: LinkFacts | None = None,
     *,
     for_operator: bool = False,
+    bulk: bool = False,
 ) -> None:
     """Signal-with-start `record_saved`: the signal only says "look for work"; a running
     workflow gets a signal, a closed one is started fresh and reloads from Postgres
     (paced by `budget` when the caller knows it, PROF-3; summarised and searchable by
     `facts`, OPS-1). `for_operator`: an operator update follows, so a run that would
-    end when its drain finds no work (WF-1') waits for it a bounded time."""
+    end when its drain finds no work (WF-1') waits for it a bounded time. `bulk`: a bulk
+    `push` admitted the save, so its remote steps yield to single saves (NF-8)."""
     await signal_with_start(
         client,
         task_queue,
         LinkWorkflowInput(link_key=link_key, budget=budget),
         RECORD_SAVED_SIGNAL,
-        RecordSaved(save_id=save_id, for_operator=for_operator),
+        RecordSaved(save_id=save_id, for_operator=for_operator, bulk=bulk),
         facts,
+        # NF-8: a run a bulk push starts has its workflow tasks after single saves' too
+        # (its remote activities set their own priority, `workflows.link`).
+        Priority(priority_key=remote_priority_key(bulk)),
     )
 
 
@@ -57,6 +62,7 @@ async def signal_with_start(
     signal: str,
     arg: BaseModel,
     facts: LinkFacts | None,
+    priority: Priority | None = None,
 ) -> None:
     """Every start of a LinkWorkflow: its id (WF-1), summary and static attributes (OPS-1)."""
     await client.start_workflow(
@@ -70,6 +76,7 @@ async def signal_with_start(
         static_summary=link_summary(facts, input.link_key),
         static_details=link_details(facts, input.link_key),
         search_attributes=start_attributes(input.link_key, facts),
+        priority=priority or Priority.default,
     )
 
 

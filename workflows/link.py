@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -81,7 +82,12 @@ from protocol.messages import (
     StepResult,
 )
 from protocol.park import park_reason
-from protocol.rate_limit import RemoteBudgetInput, RemoteBudgetResult
+from protocol.rate_limit import (
+    RemoteBudgetInput,
+    RemoteBudgetResult,
+    fairness_key_for,
+    remote_priority_key,
+)
 from protocol.states import AttemptStatus
 from protocol.timeouts import LOCAL_ACTIVITY_START_TO_CLOSE, REMOTE_ACTIVITY_START_TO_CLOSE
 from workflows import search_attributes as sa
@@ -113,6 +119,9 @@ class LinkWorkflow(LinkOperatorUpdates):
         budget = input.budget or (input.state.budget if input.state else None)
         self._budget: RemoteBudgetResult | None = budget
         self._priority: Priority | None = _priority_of(budget) if budget else None
+        # NF-8: only bulk (`push`) saves woke this run: its remote steps yield to single
+        # saves. None until the first signal; any save that is not bulk clears it.
+        self._bulk: bool | None = None
 
     @workflow.signal
     def record_saved(self, signal: RecordSaved) -> None:
@@ -120,6 +129,7 @@ class LinkWorkflow(LinkOperatorUpdates):
         it): look for work in Postgres."""
         self._wake = True
         self._hold = self._hold or signal.for_operator
+        self._bulk = signal.bulk and self._bulk is not False
 
     @workflow.signal
     def remote_deleted(self, evidence: RemoteEvidence) -> None:
@@ -274,7 +284,9 @@ class LinkWorkflow(LinkOperatorUpdates):
 
     async def _remote_priority(self) -> Priority:
         """The remote budget's fairness key (PROF-3): from the start input when the starter
-        knew it, else resolved once per run from Postgres."""
+        knew it, else resolved once per run from Postgres. A single save's steps use the
+        budget's other key and a higher priority, so they do not queue behind its bulk
+        `push` (NF-8); the slots in Postgres cap the two keys together."""
         if self._priority is None:
             self._budget = await workflow.execute_local_activity_method(
                 RateLimitActivities.remote_budget,
@@ -284,7 +296,9 @@ class LinkWorkflow(LinkOperatorUpdates):
                 summary="which remote rate-limit budget this link spends",
             )
             self._priority = _priority_of(self._budget)
-        return self._priority
+        bulk = bool(self._bulk)
+        key = fairness_key_for(self._priority.fairness_key, bulk)
+        return replace(self._priority, fairness_key=key, priority_key=remote_priority_key(bulk))
 
     async def _mirror(self, view: LinkView) -> StepResult:
         assert view.attempt_id is not None
