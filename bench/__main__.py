@@ -2,7 +2,8 @@
 parts named, each merging its figures into bench/results/latest.json.
 
 Parts: P1 (with P1_io, P2, P8 and the growth round: `p1_bench`), P3 (`ingress_bench`),
-P4 (`revalidation_bench`), P5 (`parked_bench`), P6 (`rate_bench`), P7 (`saves_bench`).
+P4 (`revalidation_bench`), P5 (`parked_bench`), P6 (`rate_bench`: at 20, 100 and 190
+requests per 10 s), P7 (`saves_bench`), P10 (`rate_p10`: BENCH_P10_N, 20000).
 P1_IO, P2, P8 and `growth` name the P1 part. Sizes: BENCH_N (300), BENCH_GROWTH_N (3000;
 0 skips the growth round), BENCH_PAIRS (3 interleaved floor/floor_io/product pairs per
 size), BENCH_WARMUP_N (100), BENCH_P4_N (100000), BENCH_P5_N (10000). A quick P1, as a
@@ -20,6 +21,7 @@ from bench.ingress_bench import record, run_ingress_bench
 from bench.p1_bench import PAIRS, WARMUP_N, run_create_bench
 from bench.parked_bench import run_parked_bench
 from bench.rate_bench import run_rate_bench
+from bench.rate_p10 import run_p10_bench
 from bench.revalidation_bench import run_revalidation_bench
 from bench.saves_bench import run_saves_bench
 
@@ -55,7 +57,11 @@ async def _saves() -> None:
 
 
 async def _rate() -> None:
-    await run_rate_bench()  # P6 (issue 12): push against a rate-limited remote, two workers
+    await run_rate_bench()  # P6 (issues 12, 33): push against a rate-limited remote, two workers
+
+
+async def _fair() -> None:
+    await run_p10_bench(_env("BENCH_P10_N", 20_000))  # P10 (issue 33): tenants fair
 
 
 # In the order `make bench` runs them.
@@ -64,6 +70,7 @@ PARTS: dict[str, Callable[[], Awaitable[None]]] = {
     "P3": _ingress,
     "P7": _saves,
     "P6": _rate,
+    "P10": _fair,
     "P4": _revalidation,
     "P5": _parked,
 }
