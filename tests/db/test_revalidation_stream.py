@@ -123,6 +123,11 @@ async def test_plan_validate_apply_through_the_cli_with_json_lines(
     assert planned.exit_code == 0, planned.output
     assert json.loads(planned.output)["members"] == len(links.keys)
     assert path.read_bytes().startswith(b'{"approval":')
+    to_stdout = await _cli(
+        "plan", "--operation-id", "op-cli", *approval, "--all-finalized",
+        "--new-pack-install", str(links.new_pack), "--database-url", db_dsn,
+    )  # fmt: skip
+    assert to_stdout.exit_code == 0 and to_stdout.stdout_bytes == path.read_bytes()
     for command, code, status in [("validate", 0, "validated"), ("apply", 0, "applied"),
                                   ("apply", 4, "already_applied")]:  # fmt: skip
         result = await _cli(command, str(path), "--json", "--database-url", db_dsn)
