@@ -9,12 +9,14 @@ import json
 
 import pytest
 
+from protocol.canonical import canonical_json
 from protocol.link_row import plan_member
 from protocol.revalidation_lines import (
     ManifestLines,
     ManifestWriter,
     header_for,
     is_lines_header,
+    member_line,
 )
 from protocol.revalidation_manifest import (
     Approval,
@@ -149,3 +151,10 @@ def test_the_writer_refuses_what_the_reader_would() -> None:
     with pytest.raises(ManifestRejected) as none:
         empty.finish()
     assert none.value.reason is R.NO_MEMBERS
+
+
+@pytest.mark.parametrize("pointer", [None, "op-0.1:a_b"])
+def test_a_member_line_is_the_members_canonical_json(pointer: str | None) -> None:
+    [member] = members(7)
+    member = member.model_copy(update={"expected_revalidation_operation_id": pointer})
+    assert member_line(member) == canonical_json(member.model_dump(mode="json"))
