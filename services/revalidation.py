@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
-from typing import NamedTuple
 
 from db import revalidation as q
 from db import revalidation_scope as scope_q
@@ -29,7 +28,6 @@ from protocol.revalidation import (
     Conflict,
     ConflictReason,
     InstallFingerprints,
-    LockedMember,
     RevalidationReceipt,
     RevalidationResult,
     RevalidationStatus,
@@ -38,7 +36,6 @@ from protocol.revalidation import (
     retry_conflicts,
 )
 from protocol.revalidation_manifest import (
-    ManifestHead,
     RevalidationManifest,
     RevalidationMember,
 )
@@ -48,6 +45,7 @@ from services.revalidation_installs import (
     install_manifest,
     slot_fingerprints,
 )
+from services.revalidation_pages import CasLost, Locked, PageWrite, lock_page, write_page
 from services.revalidation_source import ManifestSource, as_source
 
 __all__ = [
@@ -74,14 +72,6 @@ OnStep = Callable[[Phase, str], None]
 def ignore_step(phase: Phase, link_key: str) -> None:
     """The default `OnStep`: no progress shown."""
     del phase, link_key
-
-
-class _CasLost(Exception):
-    """A member's row moved under its lock: roll the whole manifest back (invariant 4)."""
-
-    def __init__(self, conflict: Conflict) -> None:
-        super().__init__(conflict.detail)
-        self.conflict = conflict
 
 
 class _RolledBack(Exception):
@@ -117,7 +107,7 @@ async def apply(
                 raise _RolledBack(result)
     except _RolledBack as back:
         return back.result
-    except _CasLost as lost:
+    except CasLost as lost:
         head = as_source(manifest).head
         return RevalidationResult(
             status=RevalidationStatus.REJECTED,
@@ -160,6 +150,7 @@ class _Run:
         pages = self.source.pages(PAGE)
         current = next(pages, None)
         self.reading = self._read(current or ())
+        self.unwritten: PageWrite | None = None
         try:
             while current is not None:
                 locked = await self.reading
@@ -174,8 +165,11 @@ class _Run:
                     upcoming = self._read_next(pages)
                     await self._judge_and_write(current, locked, produced)
                 current = upcoming
+            await self.reading  # the last write (or read): its error, if any, is raised
         finally:
             await _settled(self.reading)
+        if self.unwritten is not None:  # the last page's write
+            await self._write(self.unwritten)
         if retry:
             await self._verify_end()
             status = RevalidationStatus.ALREADY_APPLIED
@@ -202,17 +196,33 @@ class _Run:
         keys = [m.link_key for page in self.source.pages(PAGE) for m in page]
         return await q.owners_of(self.conn, keys)
 
-    def _read(self, page: Sequence[RevalidationMember]) -> asyncio.Future[_Locked]:
-        return asyncio.ensure_future(_lock_page(self.conn, [m.link_key for m in page]))
+    def _read(self, page: Sequence[RevalidationMember]) -> asyncio.Future[Locked]:
+        return asyncio.ensure_future(lock_page(self.conn, [m.link_key for m in page]))
 
     def _read_next(
         self, pages: Iterator[Sequence[RevalidationMember]]
     ) -> Sequence[RevalidationMember] | None:
-        """The next page, its reading started (None: the manifest has no more)."""
+        """The next page (None: the manifest has no more), its reading started, after
+        the write of the page judged before, if any: Postgres writes one page and reads
+        the next while this process judges the page between them."""
         upcoming = next(pages, None)
-        if upcoming is not None:
-            self.reading = self._read(upcoming)
+        unwritten, self.unwritten = self.unwritten, None
+        if upcoming is not None or unwritten is not None:
+            self.reading = asyncio.ensure_future(self._write_then_read(unwritten, upcoming or ()))
         return upcoming
+
+    async def _write_then_read(
+        self, unwritten: PageWrite | None, page: Sequence[RevalidationMember]
+    ) -> Locked:
+        if unwritten is not None:
+            await self._write(unwritten)
+        return await lock_page(self.conn, [m.link_key for m in page])
+
+    async def _write(self, unwritten: PageWrite) -> None:
+        page, receipts, versions = unwritten
+        await write_page(self.conn, self.head, page, receipts, versions)
+        for member in page:
+            self.on_step(Phase.WRITTEN, member.link_key)
 
     def _conflict(self, conflicts: Iterable[Conflict]) -> None:
         for conflict in conflicts:
@@ -228,7 +238,7 @@ class _Run:
     async def _judge_and_write(
         self,
         page: Sequence[RevalidationMember],
-        locked: _Locked,
+        locked: Locked,
         produced: Mapping[str, InstallFingerprints | None],
     ) -> None:
         """Invariants 2-3 and item 6 for a new operation's page; apply writes the page
@@ -253,11 +263,8 @@ class _Run:
             return
         for receipt in written:
             self._receipt(receipt)
-        if self.write:
-            await asyncio.wait([self.reading])  # the next page's reading has finished
-            await _write(self.conn, self.head, page, written, locked.versions)
-            for member in page:
-                self.on_step(Phase.WRITTEN, member.link_key)
+        if self.write:  # written once the next page is read (`_read_next`)
+            self.unwritten = PageWrite(page, written, locked.versions)
 
     async def _stored(self, page: Sequence[RevalidationMember]) -> dict[str, RevalidationReceipt]:
         """A retry's page: the receipts the operation wrote for it (its keys staged)."""
@@ -269,7 +276,7 @@ class _Run:
     def _verify_page(
         self,
         page: Sequence[RevalidationMember],
-        locked: _Locked,
+        locked: Locked,
         stored: Mapping[str, RevalidationReceipt],
     ) -> None:
         """Invariant 5, a page at a time: every member's receipt and link as applied."""
@@ -290,7 +297,7 @@ class _Run:
         )
 
     async def _produced(
-        self, page: Sequence[RevalidationMember], locked: _Locked
+        self, page: Sequence[RevalidationMember], locked: Locked
     ) -> dict[str, InstallFingerprints | None]:
         """Each member's new fingerprints recomputed from its `new_pack_install_id` (item
         6), installs and slots resolved once per run."""
@@ -327,7 +334,7 @@ def _other_owner(member: RevalidationMember, owner: str) -> Conflict:
 _JUDGED_PER_YIELD = 100
 
 
-async def _settled(task: asyncio.Future[_Locked]) -> None:
+async def _settled(task: asyncio.Future[Locked]) -> None:
     """Wait for a page read that may still be running, so no statement is left on the
     connection when its transaction ends; when the caller is failing, its own error is
     the one raised, so the read's outcome is dropped (and marked retrieved)."""
@@ -335,65 +342,3 @@ async def _settled(task: asyncio.Future[_Locked]) -> None:
         await asyncio.wait([task])
     if not task.cancelled():
         task.exception()
-
-
-class _Locked(NamedTuple):
-    members: list[LockedMember]
-    versions: dict[str, int]  # the row_version each existing member's row was read at
-
-
-async def _lock_page(conn: Conn, keys: list[str]) -> _Locked:
-    """Lock and read one page of members: their rows (FOR UPDATE, in link-key order),
-    occupying attempts and pointed-at receipts, each set-wise for the page. The owner
-    scope lock the run holds keeps every admission, dispatch and operator action of the
-    owner out, so no occupying attempt can appear under it (invariant 3)."""
-    if not keys:
-        return _Locked([], {})
-    read = await q.link_states_for_update(conn, keys)
-    occupying = await q.occupying_attempts(conn, keys)
-    rows = {key: locked.state for key, locked in read.items()}
-    pointers = {
-        key: row.last_mapping_revalidation_operation_id
-        for key, row in rows.items()
-        if row.last_mapping_revalidation_operation_id is not None
-    }
-    prior = await q.pointer_receipts(conn, pointers) if pointers else {}
-    members = [
-        LockedMember(
-            link_key=key,
-            row=rows.get(key),
-            occupying_attempt_ids=occupying.get(key, ()),
-            pointer_receipt=prior.get(key),
-        )
-        for key in keys
-    ]
-    return _Locked(members, {key: locked.version for key, locked in read.items()})
-
-
-async def _write(
-    conn: Conn,
-    head: ManifestHead,
-    page: Sequence[RevalidationMember],
-    receipts: list[RevalidationReceipt],
-    versions: dict[str, int],
-) -> None:
-    """One page's receipts (COPY) and link moves (one UPDATE ... FROM unnest)."""
-    who = (head.approval.approved_by, head.approval.reason)
-    # The receipts first: the links' new pointers reference them.
-    await q.insert_receipts(conn, receipts)
-    # Written only when no member so far conflicted: each one's row exists, with a version.
-    members = list(page)
-    read_at = [versions[member.link_key] for member in members]
-    moved = await q.move_links_mapping(conn, members, read_at, head.operation_id, who)
-    for member in members:
-        _check_moved(member.link_key, moved.get(member.link_key))
-
-
-def _check_moved(link_key: str, as_planned: bool | None) -> None:
-    """The moved row is the after-state its receipt's digest was computed from: the tuple
-    read under the lock (same row_version), with only the planned values moved."""
-    if not as_planned:
-        detail = (
-            "compare-and-set matched no row" if as_planned is None else "row changed under its lock"
-        )
-        raise _CasLost(Conflict(link_key=link_key, reason=ConflictReason.CAS_LOST, detail=detail))
