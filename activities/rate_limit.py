@@ -33,8 +33,11 @@ async def paced(pool: asyncpg.Pool, key: str) -> StepResult | None:
     weight it was scheduled with), then None: go on and send. When the slot is further
     off than an activity may wait, nothing is sent or reserved: the link's workflow
     waits that long in a timer and runs the step again (RETRY_LATER, no retry spent)."""
-    priority = activity.info().priority
-    later = await rate_limit.reserve_pace(pool, priority.fairness_key, priority.fairness_weight)
+    info = activity.info()
+    priority = info.priority
+    later = await rate_limit.reserve_pace(
+        pool, info.task_queue, priority.fairness_key, priority.fairness_weight
+    )
     if later is None:
         return None
     async with pool.acquire() as conn:

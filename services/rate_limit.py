@@ -92,6 +92,9 @@ class _RateCache:
 # Per database (every pool on it sees the same packs), for the life of the process.
 _caches: dict[str, _RateCache] = {}
 
+# Task queues whose budgets this process turned on (`ensure_fairness_limit`).
+_paced_queues: set[str] = set()
+
 
 # One refresh at a time per database and event loop: a burst of saves reads the packs
 # once. (An asyncio lock belongs to one loop; loops, unlike pools, take weak references.)
@@ -194,6 +197,8 @@ async def ensure_fairness_limit(client: Client, task_queue: str) -> None:
     (the weight is resolved from Postgres per run), so a newly applied pack applies at
     once. Queue weight overrides did not scale the limit on Server 1.32 (measured);
     task weights do. Set at worker start and by `pack apply`, so it survives a reset.
+    This process's remote activities on the queue then also wait for their budget's
+    slots in Postgres (`reserve_pace`).
     """
     default = UpdateTaskQueueConfigRequest.RateLimitUpdate(
         rate_limit=RateLimit(requests_per_second=FAIRNESS_DEFAULT_PER_SECOND),
@@ -208,17 +213,25 @@ async def ensure_fairness_limit(client: Client, task_queue: str) -> None:
             update_fairness_key_rate_limit_default=default,
         )
     )
+    _paced_queues.add(task_queue)
 
 
 async def reserve_pace(
-    pool: asyncpg.Pool, fairness_key: str | None, fairness_weight: float | None
+    pool: asyncpg.Pool,
+    task_queue: str,
+    fairness_key: str | None,
+    fairness_weight: float | None,
 ) -> float | None:
     """Reserve the next request slot of the budget an activity with this key and weight
     spends and wait for it (NF-8). None: sent now or after the wait; a float: the slot
     is further off than a remote activity may wait, nothing was reserved, and the caller
-    should come back in that many seconds (a workflow timer)."""
+    should come back in that many seconds (a workflow timer).
+
+    Only on a task queue whose budgets this process turned on (`ensure_fairness_limit`:
+    every `connector-push worker` at start): an in-process worker of a test or a bench
+    that never did runs unpaced, as Temporal's matching did for it before."""
     slot = pace_slot(fairness_key, fairness_weight, FAIRNESS_DEFAULT_PER_SECOND)
-    if slot is None:
+    if slot is None or task_queue not in _paced_queues:
         return None
     async with pool.acquire() as conn:
         reserved, wait = await reserve_slot(
