@@ -107,7 +107,7 @@ async def test_piped_push_writes_plain_progress_lines_to_stderr_and_json_to_stdo
 ) -> None:
     """Issue 33 item 5: not on a terminal (a job, a pipe), progress is a plain line on
     stderr every --progress-every seconds, with the time left at the budget's pace (the
-    demo pack's 100 requests per 10 s, paced at 8/s); stdout is only the summary."""
+    demo pack's 100 requests per 10 s, paced at its whole 10/s since issue 33); stdout is only the summary."""
     stack.touched.update(contact_key(r) for r in ["c-001", "c-004"])
     env = _env(stack, temporal_server, db_dsn)
     result = await _run(
@@ -125,7 +125,7 @@ async def test_piped_push_writes_plain_progress_lines_to_stderr_and_json_to_stdo
     assert re.fullmatch(
         r"push: admitted [01], finalized [01], parked 0, rejected [01], "
         r"skipped 0 linked \+ 0 active; [\d.]+ admitted/s, [\d.]+ finalized/s; "
-        r"[0-2] saves left, time left ~\d+s at the budget's pace \(8\.0 requests/s\)",
+        r"[0-2] saves left, time left ~\d+s at the budget's pace \(10\.0 requests/s\)",
         progress[0],
     ), progress[0]
     assert "\x1b" not in result.stderr and "push: " not in result.stdout
