@@ -107,7 +107,8 @@ async def test_piped_push_writes_plain_progress_lines_to_stderr_and_json_to_stdo
 ) -> None:
     """Issue 33 item 5: not on a terminal (a job, a pipe), progress is a plain line on
     stderr every --progress-every seconds, with the time left at the budget's pace (the
-    demo pack's 100 requests per 10 s, paced at its whole 10/s since issue 33); stdout is only the summary."""
+    demo pack's 100 requests per 10 s, paced at its whole 10/s since issue 33); stdout
+    is only the summary."""
     stack.touched.update(contact_key(r) for r in ["c-001", "c-004"])
     env = _env(stack, temporal_server, db_dsn)
     result = await _run(
