@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -38,22 +38,15 @@ from protocol.revalidation_manifest import (
 )
 from services.revalidation import apply, validate
 from tests.db.revalidation_support import Links, hex64, make_links, plan
+from tests.db.revalidation_support import conn as conn  # the fixture
 from tests.db.rows import insert_link
+from tests.e2e.support import eventually
 
 S = RevalidationStatus
 Entry = Callable[[Conn, RevalidationManifest], Coroutine[Any, Any, RevalidationResult]]
 # A lock as pg_locks shows an advisory bigint key: (classid, objid), the key's two halves.
 LockId = tuple[int, int]
 WAIT_SECONDS = 10.0
-
-
-@pytest.fixture
-async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_dsn)
-    try:
-        yield connection
-    finally:
-        await connection.close()
 
 
 @pytest.fixture
@@ -140,14 +133,15 @@ async def waiting(
     observer: asyncpg.Connection, pid: int, task: asyncio.Task[RevalidationResult]
 ) -> dict[LockId, bool]:
     """`pid`'s advisory locks once it waits for one (its task must not end first)."""
-    async with asyncio.timeout(WAIT_SECONDS):
-        while True:
-            rows = await observer.fetch(ADVISORY_LOCKS_OF, pid)
-            locks = {(r["classid"], r["objid"]): r["granted"] for r in rows}
-            if False in locks.values():
-                return locks
-            assert not task.done(), task
-            await asyncio.sleep(0.01)  # polling pg_locks for the condition, not a delay
+
+    async def locks() -> dict[LockId, bool]:
+        assert not task.done(), task
+        rows = await observer.fetch(ADVISORY_LOCKS_OF, pid)
+        return {(r["classid"], r["objid"]): r["granted"] for r in rows}
+
+    return await eventually(
+        locks, lambda seen: False in seen.values(), timeout_s=WAIT_SECONDS, interval_s=0.01
+    )
 
 
 async def no_row_locked(conn: asyncpg.Connection, keys: list[str]) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,20 +36,13 @@ from services import revalidation, revalidation_plan
 from services.admission import admit_locked, admit_save
 from services.record_loader import load_records, parse_records_document
 from services.revalidation_source import ManifestFile
+from tests.db.revalidation_support import conn as conn  # the fixture
 from tests.db.rows import insert_link, insert_pack_install
+from tests.e2e.support import eventually
 
 LINKS = 12
 RECORD = "p4-0000003"  # one of the seeded links' records
 WAIT = 10.0  # seconds any wait on a condition below may take before the test fails
-
-
-@pytest.fixture
-async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_dsn)
-    try:
-        yield connection
-    finally:
-        await connection.close()
 
 
 @pytest.fixture
@@ -100,9 +93,7 @@ async def _admit(pool: asyncpg.Pool) -> AdmissionDecision:
 
 async def _until(check: Callable[[], Awaitable[bool]], what: str) -> None:
     """Wait (polling Postgres, bounded by WAIT) until `check` holds."""
-    async with asyncio.timeout(WAIT):
-        while not await check():
-            await asyncio.sleep(0.01)
+    await eventually(check, bool, timeout_s=WAIT, interval_s=0.01)
     assert await check(), what
 
 

@@ -74,7 +74,7 @@ class SleeperService:
 
     def start(self) -> None:
         ensure_port_free("127.0.0.1", self.port, "sleeper.port")
-        command = [sys.executable, "-c", "import time; time.sleep(600)"]
+        command = [sys.executable, "-c", "import signal; signal.pause()"]  # lives until stopped
         self.process = subprocess.Popen(command, start_new_session=True)
 
     def stop(self) -> None:
