@@ -18,13 +18,12 @@ from pydantic import Field, JsonValue, field_validator
 from protocol.canonical import sha256_hex
 from protocol.errors import SuspendReason
 from protocol.jsonpath import extract_id
-from protocol.recovery import RETRYABLE_4XX, SendOutcome
+from protocol.recovery import PATCH_CONFLICT, RETRYABLE_4XX, SendOutcome
 from protocol.remote_ids import is_canonical
 from protocol.snapshots import ProfileSnapshot, Snapshot
 
 _RETRY_STATUSES = RETRYABLE_4XX
 _PATCH_DELETED = frozenset({404, 410})
-_PATCH_CONFLICT = frozenset({409, 412})
 
 
 class Transport(StrEnum):
@@ -268,7 +267,7 @@ def interpret_patch(obs: Observation, profile: ProfileSnapshot) -> PatchOutcome:
         return PatchSucceeded()
     if status in _PATCH_DELETED:
         return PatchSuspendLink(reason=SuspendReason.REMOTE_DELETED, status=status)
-    if status in _PATCH_CONFLICT:
+    if status in PATCH_CONFLICT:
         return PatchConflict(status=status)
     if status in _RETRY_STATUSES or 500 <= status < 600:
         return PatchAmbiguous(reason=f"status_{status}_may_have_landed")

@@ -12,7 +12,9 @@ Rules kept in this module:
    the remote saying the object exists (C-1). Nothing may re-send it unless the
    frozen contract makes a re-send of a *create* harmless (replay-safe idempotency,
    unique-locator recovery), and never a deferred-lane create (C-3) or a PATCH
-   (C-2): a PATCH may only be proved applied by a read-back GET.
+   (C-2): a PATCH may only be proved applied by a read-back GET. A PATCH whose
+   newest answer was a 409/412 that no read-back settled (an earlier PATCH of ours
+   may be what moved the entity tag) parks too when its retries run out.
 4. `next_step` (and `on_definite_rejection` for an answered refusal) is the one
    decision every path takes (activity retries, retry exhaustion, operator
    actions); the database enforces rules 1-3 with the same status sets
@@ -35,6 +37,8 @@ RETRYABLE_4XX: Final = frozenset({408, 425, 429})
 # A create answered 409 (a unique value exists) may mean an earlier try landed.
 CREATE_NOT_DEFINITE: Final = RETRYABLE_4XX | {409}
 PATCH_NOT_DEFINITE: Final = RETRYABLE_4XX
+# A PATCH answered 409/412: the object changed, perhaps by an earlier write of ours (PROF-2).
+PATCH_CONFLICT: Final = frozenset({409, 412})
 
 
 class SendKind(StrEnum):
@@ -127,7 +131,17 @@ def next_step(ctx: RecoveryInput) -> Decision:
     landed = effect_possible(ctx)
     budget = _budget_spent(ctx)
     if ctx.exhausted or budget is not None:
-        return _exhausted(landed, budget or "retries exhausted")
+        why = budget or "retries exhausted"
+        if ctx.kind is SendKind.PATCH and landed == 0 and _unresolved_conflict(ctx.journal):
+            return Decision(
+                step=Step.PARK_AMBIGUOUS,
+                reason=(
+                    f"{why}; the remote answered 409/412 after an earlier PATCH of ours that"
+                    " may have landed, and no read-back could tell whose values the object"
+                    " holds (PROF-2): reconcile reads it back"
+                ),
+            )
+        return _exhausted(landed, why)
     if landed == 0:
         first = not ctx.journal
         reason = "first try" if first else "every earlier try proved it had no effect"
@@ -201,6 +215,15 @@ def _budget_spent(ctx: RecoveryInput) -> str | None:
     if (ctx.now - first).total_seconds() <= budget:
         return None
     return f"the remote refused every try as not applied for more than {budget} s"
+
+
+def _unresolved_conflict(journal: Iterable[JournalEntry]) -> bool:
+    """The newest answered try of a PATCH was a 409/412 and the PATCH is still running: the
+    conflict is not settled (a real one suspends the link at once), so the read-back that
+    PROF-2 asks for was inconclusive. `failed` would claim a refusal the remote may not
+    have meant (an earlier PATCH of ours may be what moved the entity tag); fail closed."""
+    answered = [e for e in journal if e.outcome is SendOutcome.ANSWERED]
+    return bool(answered) and answered[-1].status in PATCH_CONFLICT
 
 
 def _exhausted(landed: int, why: str) -> Decision:

@@ -136,20 +136,27 @@ class Evidence:
 
     def _join_patches(self) -> None:
         by_object = {(v["target_object"], v["remote_id"]): k for k, v in self.links.items()}
-        hashes: dict[tuple[str, str | None], str] = {
-            (p["link_key"], body_sha256(p["body"])): p["patch_id"] for p in self.patches
-        }
+        hashes: dict[tuple[str, str | None], list[dict[str, Any]]] = defaultdict(list)
+        for p in self.patches:  # ordered by created_at
+            hashes[(p["link_key"], body_sha256(p["body"]))].append(p)
         for entry in self.ledger:
             if entry.kind != "patch":
                 continue
             key = by_object.get((entry.object_type, entry.object_id))
             if key is None:
                 continue
-            patch_id = hashes.get((key, entry.body_sha256))
-            if patch_id is None:
+            rows = hashes.get((key, entry.body_sha256), [])
+            if not rows:
                 self.foreign_patches.setdefault(key, []).append(entry)
-            else:
-                self.patch_entries_of.setdefault(patch_id, []).append(entry)
+                continue
+            # Two PATCHes of one link freeze the same body when the record went back to
+            # the values of an earlier save: the remote's entry names the newest of them
+            # that existed when it was applied (not simply the last one, which may have
+            # been built after the earlier PATCH landed, and never sent one that did).
+            applied = _ledger_time(entry.at)
+            earlier = [p for p in rows if p["created_at"] is None or p["created_at"] <= applied]
+            owner = (earlier or rows)[-1]
+            self.patch_entries_of.setdefault(owner["patch_id"], []).append(entry)
 
 
 async def read_rows(dsn: str) -> tuple[list[dict[str, Any]], ...]:

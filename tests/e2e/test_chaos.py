@@ -20,13 +20,14 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.chaos.checker import SaveOutcome, check, classify
-from bench.chaos.evidence import build_evidence
+from bench.chaos.evidence import body_sha256, build_evidence
 from protocol.identity import link_workflow_id
 from sandbox.state import LedgerEntry
 
@@ -200,3 +201,54 @@ def test_checker_accepts_terminal_when_the_journal_proves_nothing_left() -> None
     proven = {**_attempt(1, "superseded", started=True), "journal_possible": False}
     attempts = [proven, _attempt(2, "finalized", started=True)]
     assert _verdict(ledger, attempts, set()) == []
+
+
+def _patch(patch_id: str, status: str, created_at: str, *, possible: bool) -> Row:
+    return {
+        "patch_id": patch_id,
+        "link_key": KEY,
+        "status": status,
+        "started": True,
+        "journal_possible": possible,
+        "body": {"amount": "100"},
+        "response_snapshot": None,
+        "last_error": None,
+        "created_at": datetime.fromisoformat(created_at),
+    }
+
+
+def test_checker_attributes_a_patch_body_to_the_patch_that_existed_when_it_landed() -> None:
+    """Found with seed 72: two PATCHes of one link froze the same body. The first landed
+    (its answer lost: ambiguous); the second, built afterwards, was refused 412 on every
+    try and ended with no try that may have landed. The remote's applied entry is the
+    first one's: the second ending terminal is no effect_possible_terminal. An applied
+    entry after the second existed is still charged to it."""
+    body_hash = body_sha256({"amount": "100"})
+
+    def applied(at: str) -> LedgerEntry:
+        return LedgerEntry(
+            seq=2,
+            at=at,
+            kind="patch",
+            object_type="contacts",
+            object_id="7",
+            body_sha256=body_hash,
+            status=200,
+        )
+
+    patches = [
+        _patch("p-1", "ambiguous_remote_effect", "2026-01-01T00:00:10.000Z", possible=True),
+        _patch("p-2", "failed", "2026-01-01T00:00:30.000Z", possible=False),
+    ]
+    records = [{"source_object": "Contact", "record_id": "c-1", "fields": {"remote_id__c": "7"}}]
+    attempts = [_attempt(1, "finalized", started=True)]
+
+    def kinds(patch_at: str) -> list[object]:
+        ledger = [_create(1, "7", "key-1"), applied(patch_at)]
+        rows = (attempts, [_link("7")], patches, records)
+        ev = build_evidence(ledger, rows, {"contacts": {"7"}})
+        found = check(ev, classify(ev, lambda key: None), {link_workflow_id(KEY)}, [])
+        return [v["kind"] for v in found]
+
+    assert kinds("2026-01-01T00:00:20.000Z") == []
+    assert kinds("2026-01-01T00:00:40.000Z") == ["effect_possible_terminal"]

@@ -295,3 +295,30 @@ def test_a_daily_refusal_waits_for_the_reset_and_restarts_the_time_budget() -> N
     assert create((burst, daily, after), PLAIN, now=next_day + timedelta(seconds=1)) is Step.SEND
     late = next_day + timedelta(seconds=budget + 1)
     assert create((burst, daily, after), PLAIN, now=late) is Step.TERMINAL
+
+
+def test_an_unresolved_patch_conflict_parks_instead_of_failing_when_retries_run_out() -> None:
+    """Found by `make chaos` (seed 72): a PATCH answered 412 after an earlier PATCH of ours
+    that may have landed; PROF-2's read-back GET failed on every try, so the conflict was
+    never settled either way. Ending `failed` ("no try had an effect") would drop the
+    save while the object may hold another PATCH's values: it parks for an operator,
+    whose reconcile reads it back. A definite refusal (400) still ends terminal."""
+
+    def exhausted(journal: tuple[JournalEntry, ...]) -> Step:
+        ctx = RecoveryInput(
+            kind=SendKind.PATCH,
+            status="processing",
+            journal=journal,
+            contract=LOCATOR,
+            checkpoint_set=True,
+            exhausted=True,
+        )
+        return next_step(ctx).step
+
+    answered_412 = entry(SendOutcome.ANSWERED, 412)
+    assert exhausted((NOT_SENT, answered_412, answered_412)) is Step.PARK_AMBIGUOUS
+    assert exhausted((entry(SendOutcome.ANSWERED, 409),)) is Step.PARK_AMBIGUOUS
+    assert exhausted((answered_412, NOT_SENT)) is Step.PARK_AMBIGUOUS  # newest *answer*
+    assert exhausted((NOT_SENT, REJECTED_400)) is Step.TERMINAL
+    assert exhausted((answered_412, REJECTED_400)) is Step.TERMINAL
+    assert exhausted((NOT_SENT,)) is Step.TERMINAL
