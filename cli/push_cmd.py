@@ -11,6 +11,7 @@ dispatches any whose wake-up was cut short).
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Final
@@ -41,6 +42,18 @@ _stderr = Console(stderr=True)
 WATCH_INTERVAL_S = 0.5
 WATCH_SHARE: Final = 5
 
+# NF-8: a run keeps about this many seconds of its budget's requests in flight (`--ahead`).
+AHEAD_S: Final = 30.0
+
+
+def in_flight_cap(per_second: float | None, ahead_s: float, concurrency: int) -> int | None:
+    """How many of a run's saves may be in flight at once: `ahead_s` seconds of its
+    budget's pace, never fewer than its wake-ups in flight; None (no cap) when the budget
+    declares no rate or `--ahead 0` asks to admit everything at once."""
+    if per_second is None or ahead_s == 0:
+        return None
+    return max(concurrency, math.ceil(per_second * ahead_s))
+
 
 @dataclass(frozen=True)
 class Display:
@@ -57,6 +70,7 @@ class Options:
     concurrency: int
     page_size: int
     wait: bool
+    ahead_s: float = AHEAD_S
 
 
 async def push(
@@ -90,7 +104,16 @@ async def push(
         )
         lines = ProgressLines(scope, display.every_s) if display.live is None else None
         client = await connect_best_effort(settings)
-        run = Run(pool, client, settings.task_queue, target, options.concurrency, options.page_size)
+        cap = in_flight_cap(scope.per_second, options.ahead_s, options.concurrency)
+        run = Run(
+            pool,
+            client,
+            settings.task_queue,
+            target,
+            options.concurrency,
+            options.page_size,
+            cap,
+        )
         await start_watching(pool, tally)
         admitting = asyncio.create_task(admit_all(run, options.record_ids, options.limit, tally))
         pause = WATCH_INTERVAL_S
@@ -144,6 +167,18 @@ def register(app: typer.Typer) -> None:
         wait: Annotated[
             bool, typer.Option("--wait/--no-wait", help="watch until every save settles")
         ] = True,
+        ahead: Annotated[
+            float,
+            typer.Option(
+                "--ahead",
+                min=0,
+                max=86400,
+                help=(
+                    "admit only this many seconds of the budget's requests ahead of what it"
+                    " has sent (0: admit everything at once)"
+                ),
+            ),
+        ] = AHEAD_S,
         progress_every: Annotated[
             float,
             typer.Option(
@@ -160,6 +195,10 @@ def register(app: typer.Typer) -> None:
         sync, API-3), a page of --page-size records per transaction, in memory bounded
         by the page. Resumable: records already linked or with an active attempt are
         skipped. Ctrl-C stops admitting; admitted saves stand and are dispatched.
+
+        When the destination's budget declares a rate, admission keeps only --ahead
+        seconds of it in flight, so a bulk sync does not flood the workers ahead of the
+        remote's pace and other tenants' saves are not queued behind it (NF-8).
 
         Exits 3 when any save was rejected or a --record-id was not found (every other
         save stands), 130 when interrupted. Progress goes to stderr: a live line on a
@@ -179,7 +218,7 @@ def register(app: typer.Typer) -> None:
                     push(
                         resolve_dsn(database_url),
                         args,
-                        Options(record_id or [], limit, concurrency, page_size, wait),
+                        Options(record_id or [], limit, concurrency, page_size, wait, ahead),
                         tally,
                         Display(live, progress_every),
                     )

@@ -50,6 +50,8 @@ class Tally:
     wake_deferred: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
+    # While admission waits for the budget (NF-8): how many of the run's saves are in flight.
+    paced_at: int | None = None
 
     @property
     def elapsed_s(self) -> float:
@@ -148,12 +150,17 @@ def progress_line(tally: Tally, scope: Scope) -> str:
     else:
         eta = duration(left / scope.per_second)
         pace = f"time left {eta} at the budget's pace ({scope.per_second:.1f} requests/s)"
+    waiting = (
+        ""
+        if tally.paced_at is None
+        else f"; admitting at the budget's pace ({tally.paced_at} in flight)"
+    )
     return (
         f"push: admitted {s['admitted']}, finalized {finalized}, parked {s['parked']}, "
         f"rejected {s['rejected']}, skipped {tally.skipped_linked} linked + "
         f"{s['skipped_active_attempt']} active; "
         f"{tally.rate:.1f} admitted/s, {finalized / tally.elapsed_s:.1f} finalized/s; "
-        f"{left} saves left, {pace}"
+        f"{left} saves left, {pace}{waiting}"
     )
 
 

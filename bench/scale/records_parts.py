@@ -88,6 +88,7 @@ async def push(ctx: Context, n: int) -> Figures:
         await rows.contacts(conn, n, legacy=False)
         args = ["push", "--owner-key", OWNER, "--action-slot", ACTION, "--user", rows.USER]
         args += ["--all", "--no-wait", "--json", "--page-size", str(page_size(n, PUSH_PAGE))]
+        args += ["--ahead", "0"]  # admission throughput: no worker drains the budget here
         first, second = await interrupted_then_resumed(ctx.cli(dsn, "push"), dsn, n, "push", args)
         summary = json.loads(second.stdout.read_text())  # one indented document
         total, keys = await counts(conn, "connector_push_attempt")
