@@ -10,7 +10,9 @@ no round trip carries more than the page, and the run keeps counts, not its reco
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -23,6 +25,7 @@ from services import push_admission
 from services.packs import apply_pack
 from tests.db.batch_admission_support import OWNER, pack
 from tests.db.push_support import load_bulk_contacts
+from tests.e2e.support import eventually
 
 N = 230
 PAGE = 50
@@ -124,3 +127,37 @@ async def test_a_run_that_crashes_mid_way_is_finished_by_the_next_admitting_only
     assert (rest.admitted, rest.skipped_active) == (N - 2 * PAGE, 2 * PAGE)
     assert await _attempts(db_pool) == (N, N)  # every record once, none twice
     assert sizes.largest() == PAGE
+
+
+async def test_a_paced_run_keeps_at_most_its_cap_in_flight_and_admits_as_saves_settle(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """NF-8 (issue 33 item 2): a run whose budget declares a rate admits only what the
+    budget can send soon. Nothing drains the budget here, so admission stops at the cap
+    and says so (`paced_at`); as saves settle it admits that many more, no page at once."""
+    await _seed(db_pool)
+    tally = Tally()
+    await start_watching(db_pool, tally)
+    cap = 30
+
+    async def paced() -> int | None:
+        return tally.paced_at
+
+    admitting = asyncio.create_task(
+        admit_all(replace(_run(db_pool), in_flight_cap=cap), [], None, tally)
+    )
+    try:
+        await eventually(lambda: _attempts(db_pool), lambda n: n == (cap, cap), timeout_s=30)
+        await eventually(paced, lambda n: n == cap)
+        assert not admitting.done()
+        settled = await db_pool.execute(
+            "UPDATE connector_push_attempt SET status = 'terminal_failed', last_error = 'test' "
+            "WHERE attempt_id IN (SELECT attempt_id FROM connector_push_attempt LIMIT 20)"
+        )
+        assert settled == "UPDATE 20"
+        await eventually(lambda: _attempts(db_pool), lambda n: n[0] == cap + 20, timeout_s=30)
+        await eventually(paced, lambda n: n == cap)
+        assert await _attempts(db_pool) == (cap + 20, cap + 20) and tally.admitted == cap + 20
+    finally:
+        admitting.cancel()
+        await asyncio.gather(admitting, return_exceptions=True)
