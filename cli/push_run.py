@@ -38,6 +38,7 @@ from services.packs import get_active_pack
 from services.save_entry import WakeStatus, wake_best_effort
 
 _RELEASED: Final = [s.value for s in ATTEMPT_RELEASED]
+_IN_FLIGHT: Final = [s.value for s in IN_FLIGHT]
 # How often a paced run re-reads its in-flight count while it waits for room.
 PACE_POLL_S: Final = 1.0
 
@@ -189,10 +190,9 @@ async def room_in_flight(run: Run, tally: Tally) -> int:
     assert tally.since is not None, "start_watching first"
     while True:
         async with run.pool.acquire() as conn:
-            statuses = await q.slot_attempt_statuses(
-                conn, run.target.owner_key, run.target.action_slot, tally.since
+            in_flight = await q.slot_in_flight(
+                conn, run.target.owner_key, run.target.action_slot, tally.since, _IN_FLIGHT
             )
-        in_flight = sum(statuses.get(s.value, 0) for s in IN_FLIGHT)
         if in_flight < cap:
             tally.paced_at = None
             return cap - in_flight

@@ -84,3 +84,22 @@ async def slot_attempt_statuses(
         since,
     )
     return {r["status"]: r["n"] for r in rows}
+
+
+async def slot_in_flight(
+    conn: Conn, owner_key: str, action_slot: str, since: datetime, statuses: list[str]
+) -> int:
+    """How many of a slot's attempts created since `since` are in `statuses` in the
+    configured lane: a paced push's in-flight count (NF-8). An attempt waiting in the
+    deferred association lane spends no request until its association is linked, which
+    may take as long as the sync itself, so it never holds a push back."""
+    count = await conn.fetchval(
+        "SELECT count(*) FROM connector_push_attempt "
+        "WHERE created_at >= $3 AND connector_owner_key = $1 AND action_slot_id = $2 "
+        "AND status = ANY($4::text[]) AND dispatch_lane = 'configured'",
+        owner_key,
+        action_slot,
+        since,
+        statuses,
+    )
+    return int(count)

@@ -134,7 +134,8 @@ async def test_a_paced_run_keeps_at_most_its_cap_in_flight_and_admits_as_saves_s
 ) -> None:
     """NF-8 (issue 33 item 2): a run whose budget declares a rate admits only what the
     budget can send soon. Nothing drains the budget here, so admission stops at the cap
-    and says so (`paced_at`); as saves settle it admits that many more, no page at once."""
+    and says so (`paced_at`); as saves settle (or wait in the deferred lane) it admits
+    that many more, never a whole page at once."""
     await _seed(db_pool)
     tally = Tally()
     await start_watching(db_pool, tally)
@@ -158,6 +159,17 @@ async def test_a_paced_run_keeps_at_most_its_cap_in_flight_and_admits_as_saves_s
         await eventually(lambda: _attempts(db_pool), lambda n: n[0] == cap + 20, timeout_s=30)
         await eventually(paced, lambda n: n == cap)
         assert await _attempts(db_pool) == (cap + 20, cap + 20) and tally.admitted == cap + 20
+        # A create waiting in the deferred association lane spends nothing until its
+        # association is linked (maybe not before the sync ends): it holds no room.
+        deferred = await db_pool.execute(
+            "UPDATE connector_push_attempt SET dispatch_lane = 'deferred_association', "
+            'association_source_ids = \'["", "acc-1"]\'::jsonb '
+            "WHERE attempt_id IN (SELECT attempt_id FROM connector_push_attempt "
+            "WHERE status = 'pending' LIMIT 5)"
+        )
+        assert deferred == "UPDATE 5"
+        await eventually(lambda: _attempts(db_pool), lambda n: n[0] == cap + 25, timeout_s=30)
+        await eventually(paced, lambda n: n == cap)
     finally:
         admitting.cancel()
         await asyncio.gather(admitting, return_exceptions=True)
