@@ -26,7 +26,7 @@ from protocol.manifest import (
     daily_allowance,
 )
 from protocol.outcome import parse_json
-from protocol.rate_limit import budget_key
+from protocol.rate_limit import declared_limits
 
 # HubSpot's 429 body names the policy it enforced; its daily limit is `DAILY`.
 DAILY_POLICY_NAMES: Final = frozenset({"DAILY"})
@@ -79,18 +79,11 @@ def wait_seconds(now: datetime, resets_at: datetime, recheck_s: float | None = N
 def budget_quotas(manifests: Iterable[PackManifest]) -> dict[str, DailyQuota]:
     """Every budget's daily quota, the smallest allowance where profiles differ."""
     quotas: dict[str, DailyQuota] = {}
-    for manifest in manifests:
-        for destination in manifest.destination_slots:
-            profile = manifest.profile(destination.profile)
-            if profile is None or profile.rate_limit is None:
-                continue
-            quota = quota_of(profile.rate_limit)
-            if quota is None:
-                continue
-            key = budget_key(destination.remote_scope, profile.credential_ref)
-            known = quotas.get(key)
-            if known is None or quota.allowance < known.allowance:
-                quotas[key] = quota
+    for key, limit in declared_limits(manifests):
+        quota = quota_of(limit)
+        known = quotas.get(key)
+        if quota is not None and (known is None or quota.allowance < known.allowance):
+            quotas[key] = quota
     return quotas
 
 

@@ -27,7 +27,7 @@ limiter's run-ahead) spent 80% of a 100/10 s limit and half of a 20/10 s one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 from pydantic import BaseModel, ConfigDict
@@ -119,17 +119,23 @@ def pace_slot(
     )
 
 
-def budget_rates(manifests: Iterable[PackManifest]) -> dict[str, float]:
-    """Every limited budget's paced rate (requests/s), the slowest where profiles differ."""
-    rates: dict[str, float] = {}
+def declared_limits(manifests: Iterable[PackManifest]) -> Iterator[tuple[str, RateLimit]]:
+    """(budget key, rateLimit) of every destination whose profile declares one: the walk
+    the paced rates and the daily quotas both take (a budget may appear more than once)."""
     for manifest in manifests:
         for destination in manifest.destination_slots:
             profile = manifest.profile(destination.profile)
-            if profile is None or profile.rate_limit is None:
-                continue
-            key = budget_key(destination.remote_scope, profile.credential_ref)
-            rate = paced_per_second(profile.rate_limit)
-            rates[key] = min(rate, rates.get(key, rate))
+            if profile is not None and profile.rate_limit is not None:
+                key = budget_key(destination.remote_scope, profile.credential_ref)
+                yield key, profile.rate_limit
+
+
+def budget_rates(manifests: Iterable[PackManifest]) -> dict[str, float]:
+    """Every limited budget's paced rate (requests/s), the slowest where profiles differ."""
+    rates: dict[str, float] = {}
+    for key, limit in declared_limits(manifests):
+        rate = paced_per_second(limit)
+        rates[key] = min(rate, rates.get(key, rate))
     return rates
 
 
