@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+from cli.push_cmd import in_flight_cap
 from cli.push_progress import ProgressLines, Scope, Tally, duration, progress_line
 
 
@@ -54,3 +55,22 @@ def test_a_closed_stderr_stops_the_lines_not_the_push() -> None:
     lines = ProgressLines(Scope(10, None, 1.0), 0.1, stream=lambda: closed, clock=lambda: 0.0)
     lines.tick(_tally(admitted=1, finalized=0))  # ValueError: I/O operation on closed file
     lines.tick(_tally(admitted=2, finalized=0))
+
+
+def test_a_run_waiting_for_its_budget_says_so() -> None:
+    """NF-8: while admission waits for room under `--ahead`, the line says why it is not
+    admitting, and how many of the run's saves are in flight."""
+    tally = _tally(admitted=300, finalized=0)
+    scope = Scope(records=1000, limit=None, per_second=10.0)
+    assert "budget's pace (" not in progress_line(tally, scope).split("requests/s)")[-1]
+    tally.paced_at = 300
+    assert progress_line(tally, scope).endswith(
+        "(10.0 requests/s); admitting at the budget's pace (300 in flight)"
+    )
+
+
+def test_the_in_flight_cap_is_ahead_seconds_of_the_budget() -> None:
+    assert in_flight_cap(10.0, 30.0, 8) == 300
+    assert in_flight_cap(0.1, 30.0, 8) == 8  # never fewer than the wake-ups in flight
+    assert in_flight_cap(None, 30.0, 8) is None  # no rate declared: no cap
+    assert in_flight_cap(10.0, 0.0, 8) is None  # --ahead 0
