@@ -12,6 +12,8 @@ import re
 import unicodedata
 from typing import Final
 
+from protocol.identity import has_control_character
+
 # What the CHECK constraint refuses too (ASCII whitespace and control characters);
 # the Python rule is stricter: any Unicode whitespace, control or format character.
 MAX_REMOTE_ID_LENGTH: Final = 512
@@ -25,21 +27,27 @@ class RemoteIdError(ValueError):
         self.canonical = canonical
 
 
-def _bad_char(ch: str) -> bool:
-    return unicodedata.category(ch) in {"Cc", "Cf", "Cs", "Co", "Cn"}
+_BAD_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+
+
+def _canonical_form(raw: str) -> str | None:
+    """`raw` stripped, without its control and format characters (named in errors)."""
+    kept = (ch for ch in raw.strip() if unicodedata.category(ch) not in _BAD_CATEGORIES)
+    return "".join(kept) or None
 
 
 def check_remote_id(raw: str, pattern: str | None = None) -> str:
     """`raw` if canonical, else RemoteIdError naming why (and the stripped form)."""
-    canonical = "".join(ch for ch in raw.strip() if not _bad_char(ch)) or None
     if not raw:
         raise RemoteIdError("remote id is empty", None)
     if len(raw) > MAX_REMOTE_ID_LENGTH:
         raise RemoteIdError(f"remote id is longer than {MAX_REMOTE_ID_LENGTH} characters", None)
     if raw != raw.strip():
-        raise RemoteIdError(f"remote id {raw!r} has leading or trailing whitespace", canonical)
-    if any(_bad_char(ch) for ch in raw):
-        raise RemoteIdError(f"remote id {raw!r} contains control characters", canonical)
+        message = f"remote id {raw!r} has leading or trailing whitespace"
+        raise RemoteIdError(message, _canonical_form(raw))
+    if has_control_character(raw, _BAD_CATEGORIES):
+        message = f"remote id {raw!r} contains control characters"
+        raise RemoteIdError(message, _canonical_form(raw))
     if pattern is not None and re.fullmatch(pattern, raw) is None:
         raise RemoteIdError(f"remote id {raw!r} does not match the profile's pattern", None)
     return raw

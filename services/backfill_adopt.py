@@ -82,9 +82,10 @@ async def apply_page(
         fresh = await q.records_by_id(conn, bf.source_object, record_ids)
         items = prepare(((bf, r) for r in fresh), known)
         decided = decide_batch(items, await stored_facts(conn, items), claimed_twice)
-        if await _adopt_all(conn, slot, decided, stamp):
+        shared = adopted_slot_values(slot.active, slot.backfill, *stamp)
+        if await _adopt_all(conn, slot, decided, stamp, shared):
             return [_adopted(d) for d in decided]
-        return [await _adopt(conn, slot, d, stamp) for d in decided]
+        return [await _adopt(conn, slot, d, stamp, shared) for d in decided]
 
 
 def _adopted(decision: RecordDecision) -> RecordDecision:
@@ -94,13 +95,17 @@ def _adopted(decision: RecordDecision) -> RecordDecision:
 
 
 async def _adopt_all(
-    conn: Conn, slot: AdoptSlot, decided: Sequence[RecordDecision], stamp: tuple[datetime, str]
+    conn: Conn,
+    slot: AdoptSlot,
+    decided: Sequence[RecordDecision],
+    stamp: tuple[datetime, str],
+    shared: dict[str, Any],
 ) -> bool:
     """Every adoptable record of the page in two statements (links, audit), in a
     savepoint; False, having written nothing, when a locator was claimed concurrently by
     another key: `_adopt` then decides record by record which one."""
     adoptable = [d for d in decided if d.outcome is Outcome.ADOPTABLE]
-    rows = [adopted_link_values(slot.active, slot.backfill, d, *stamp) for d in adoptable]
+    rows = [adopted_link_values(slot.active, slot.backfill, d, *stamp, shared) for d in adoptable]
     try:
         async with conn.transaction():
             with invariant_errors():
@@ -112,11 +117,15 @@ async def _adopt_all(
 
 
 async def _adopt(
-    conn: Conn, slot: AdoptSlot, decision: RecordDecision, stamp: tuple[datetime, str]
+    conn: Conn,
+    slot: AdoptSlot,
+    decision: RecordDecision,
+    stamp: tuple[datetime, str],
+    shared: dict[str, Any],
 ) -> RecordDecision:
     if decision.outcome is not Outcome.ADOPTABLE:
         return decision
-    values = adopted_link_values(slot.active, slot.backfill, decision, *stamp)
+    values = adopted_link_values(slot.active, slot.backfill, decision, *stamp, shared)
     try:
         # A savepoint: a locator claimed concurrently by another key rejects this record only.
         async with conn.transaction():
@@ -154,20 +163,39 @@ def adopted_link_values(
     decision: RecordDecision,
     now: datetime,
     operator: str,
+    shared: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Columns of a `finalized` link adopted from legacy fields (STO-1), frozen from the
-    active install exactly as a runtime create would have frozen them."""
+    active install exactly as a runtime create would have frozen them. `shared`: the
+    slot's columns (`adopted_slot_values`), computed once for a page of records."""
     assert decision.link_key and decision.remote_id, "only adoptable decisions"
+    if shared is None:
+        shared = adopted_slot_values(active, slot, now, operator)
+    return {
+        **shared,
+        "link_key": decision.link_key,
+        "source_record_id": decision.record_id,
+        "remote_id": decision.remote_id,
+        "last_operator_reason": (
+            f"MIG-1 backfill: adopted from {decision.provenance_format} provenance"
+            f" (slot {decision.via_slot})"
+        ),
+    }
+
+
+def adopted_slot_values(
+    active: ActiveMetadata, slot: BackfillSlot, now: datetime, operator: str
+) -> dict[str, Any]:
+    """The columns every link adopted for `slot` shares: the install's snapshots and
+    fingerprints (a canonical hash each, so once per page, not once per record)."""
     validated = validated_values(active)
     install = uuid.UUID(validated.pop("last_validated_pack_install_id"))
     action = active.action_snapshot()
     return {
-        "link_key": decision.link_key,
         "connector_owner_key": slot.connector_owner_key,
         "action_slot_id": slot.action_slot_id,
         "action_type": ACTION_TYPE,
         "source_object": slot.source_object,
-        "source_record_id": decision.record_id,
         "destination_slot_id": slot.destination_slot_id,
         **validated,
         "created_pack_install_id": install,
@@ -177,15 +205,10 @@ def adopted_link_values(
         "mirror_provenance_field": action.mirror.provenance_field,
         "mapping_fingerprint": action.mapping_fingerprint,
         "body_fingerprint": action.body_fingerprint,
-        "remote_id": decision.remote_id,
         "remote_scope": slot.remote_scope,
         "status": LinkStatus.FINALIZED.value,
         # Only a remote id held in the current pair is adoptable: the mirror already shows it.
         "mirror_status": MirrorStatus.WRITTEN.value,
         "last_operator": operator,
-        "last_operator_reason": (
-            f"MIG-1 backfill: adopted from {decision.provenance_format} provenance"
-            f" (slot {decision.via_slot})"
-        ),
         "last_operator_at": now,
     }

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from protocol.identity import InvalidIdentityPart, LinkIdentity, link_key
+from protocol.identity import InvalidIdentityPart, LinkIdentity, has_control_character, link_key
 from tests.examples import examples
 
 
@@ -109,3 +110,17 @@ def test_link_key_is_deterministic_and_independent(parts: tuple[str, ...]) -> No
     if any(x != x.strip() for x in parts):
         return
     assert link_key(*parts) == link_key(*parts) == independent_key(*parts)
+
+
+def test_the_ascii_fast_path_finds_exactly_the_control_characters_categories_name() -> None:
+    """`has_control_character` reads an ASCII value with one regex, not a category per
+    character: over every ASCII character, and non-ASCII ones through the slow path, it
+    agrees with `unicodedata` for the identity rule (Cc, Cs) and the remote-id rule."""
+    for categories in (frozenset({"Cc", "Cs"}), frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})):
+        for code in range(128):
+            value = f"id-{chr(code)}-1"
+            expected = unicodedata.category(chr(code)) in categories
+            assert has_control_character(value, categories) is expected, code
+        for value in ("caf\u00e9", "a\u0085b", "a\u200bb", "x\ud800", "\ue000"):
+            expected = any(unicodedata.category(ch) in categories for ch in value)
+            assert has_control_character(value, categories) is expected, value
