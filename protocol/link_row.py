@@ -167,8 +167,22 @@ def row_digests(row: LinkRowState, member: RevalidationMember, operation_id: str
     """The digests of `row` and of its after-state, which share every unmoved column's
     encoding (issue 16, P4: each member of a bulk manifest needs both)."""
     before = _row_members(row)
-    after = {**before, **object_members(_moved(member, operation_id))}
+    moved = (
+        member.new_mapping_fingerprint,
+        member.new_body_fingerprint,
+        member.new_pack_install_id,
+        operation_id,
+    )
+    texts = _moved_texts.get(moved)
+    if texts is None:  # one set per operation and slot: every member moves to the same
+        if len(_moved_texts) >= _SHARED_TEXTS_MAX:
+            _moved_texts.clear()
+        texts = _moved_texts[moved] = object_members(_moved(member, operation_id))
+    after = {**before, **texts}
     return RowDigests(_members_digest(before), _members_digest(after))
+
+
+_moved_texts: dict[tuple[str, str, str, str], dict[str, str]] = {}
 
 
 # The digested columns a revalidation moves (`after_state`); every other one stays as it was.
