@@ -147,11 +147,12 @@ def _snapshot_member(snapshot: JsonValue) -> str:
 # and a row's members are always LinkRowState's fields: their sorted order is fixed.
 _ALGORITHM_MEMBER: Final = member_text("algorithm", value_text(ROW_DIGEST_ALGORITHM))
 _ROW_ORDER: Final = tuple(sorted(LinkRowState.model_fields))
+_in_row_order: Final = operator.itemgetter(*_ROW_ORDER)
 
 
 def _members_digest(row_members: Mapping[str, str]) -> str:
     """`link_row_digest` of the row whose `object_members` these are."""
-    row = "{" + ",".join([row_members[key] for key in _ROW_ORDER]) + "}"
+    row = "{" + ",".join(_in_row_order(row_members)) + "}"
     document = "{" + _ALGORITHM_MEMBER + "," + member_text("row", row) + "}"
     return sha256_hex(document.encode("utf-8"))
 
