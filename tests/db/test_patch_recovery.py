@@ -4,12 +4,20 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import asyncpg
 
+from db import journal as jq
 from db import patches as pq
+from protocol.snapshots import ProfileSnapshot
+from services.operator import park_in_flight
 from tests.db.rows import insert_link, insert_pack_install, insert_patch
+from tests.unit.factories import demo_manifest
+
+# The demo pack's locator profile: it declares a read-back (PROF-2).
+LOCATOR = ProfileSnapshot.of(demo_manifest().profiles[2])
 
 
 async def _row(conn: asyncpg.Connection, patch_id: uuid.UUID) -> asyncpg.Record:
@@ -72,3 +80,36 @@ async def test_a_checkpointed_or_unknown_lane_patch_is_not_released(db_pool: asy
         assert await pq.release_lost_patch(conn, foreign) is None
         assert (await _row(conn, sent))["status"] == "processing"
         assert (await _row(conn, foreign))["status"] == "processing"
+
+
+async def test_retries_exhausted_after_an_unsettled_412_park_the_patch_not_fail_it(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """Chaos seed 72 (PROF-2): every try of this PATCH was answered 412 and its read-back
+    could not tell whose values the object holds; when its retries run out it parks
+    `ambiguous_remote_effect` for reconcile. The same PATCH refused 400 ends `failed`."""
+
+    async def exhausted_after(status: int) -> str:
+        async with db_pool.acquire() as conn:
+            link = await insert_link(conn, await insert_pack_install(conn))
+            await conn.execute(  # the link's frozen contract: a profile with a read-back
+                "UPDATE connector_remote_link SET profile_snapshot = $2::jsonb, "
+                "mirror_remote_id_field = 'remote_id__c', "
+                "mirror_provenance_field = 'remote_provenance__c', "
+                "mirror_source_object = source_object "
+                "WHERE link_key = $1",
+                link,
+                json.dumps(LOCATOR.model_dump(mode="json")),
+            )
+            patch_id = await insert_patch(conn, link_key=link)
+            token = uuid.uuid4()
+            assert await pq.claim_patch(conn, patch_id, token)
+            journal_id = await jq.checkpoint_patch(conn, patch_id, token)
+            assert journal_id is not None
+            assert await jq.record_outcome(conn, journal_id, "answered", status, None, None)
+            async with conn.transaction():
+                await park_in_flight(conn, link, "retries exhausted")
+            return str((await _row(conn, patch_id))["status"])
+
+    assert await exhausted_after(412) == "ambiguous_remote_effect"
+    assert await exhausted_after(400) == "failed"
