@@ -158,12 +158,12 @@ async def test_i09_a_slow_verification_is_503_or_204_within_the_deadline(
     takes far longer than the deadline; the deadline covers it: 503 on crm, 204 on crm-drop,
     in time, nothing stored."""
     real = gate.read_verified_body  # what ingress.app imported and calls
-    stalled = asyncio.Event()
+    stalled, released = asyncio.Event(), asyncio.Event()
 
     async def slow_verification(*args: Any) -> bytes:
         body = await real(*args)
         stalled.set()
-        await asyncio.sleep(30)
+        await released.wait()  # a verifier that never answers; the deadline cancels it
         return body
 
     monkeypatch.setattr(ingress_app, "read_verified_body", slow_verification)
@@ -173,6 +173,7 @@ async def test_i09_a_slow_verification_is_503_or_204_within_the_deadline(
         started = time.monotonic()
         response = await live.client.post(path, content=body, headers=headers)
         answers[path] = (response.status_code, time.monotonic() - started)
+    released.set()
     assert stalled.is_set()
     assert {p: s for p, (s, _) in answers.items()} == {RETRY: 503, DROP: 204}
     assert all(elapsed < DEADLINE_S + MARGIN_S for _, elapsed in answers.values()), answers

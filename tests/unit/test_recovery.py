@@ -149,18 +149,20 @@ def test_settled_states(status: str, expected: Step) -> None:
     assert create(journal, IDEMPOTENT, status=status) is expected
 
 
+def patch(journal: tuple[JournalEntry, ...], profile: ProfileSnapshot, **kw: object) -> Step:
+    ctx = RecoveryInput(
+        kind=SendKind.PATCH,
+        status="processing",
+        journal=journal,
+        contract=profile,
+        checkpoint_set=True,
+        **kw,  # type: ignore[arg-type]
+    )
+    return next_step(ctx).step
+
+
 def test_patch_steps() -> None:
     replay_safe = PLAIN.model_copy(update={"patch_replay_safe": True})
-
-    def patch(journal: tuple[JournalEntry, ...], profile: ProfileSnapshot) -> Step:
-        ctx = RecoveryInput(
-            kind=SendKind.PATCH,
-            status="processing",
-            journal=journal,
-            contract=profile,
-            checkpoint_set=True,
-        )
-        return next_step(ctx).step
 
     assert patch((NOT_SENT,), PLAIN) is Step.SEND
     assert patch((SENT,), PLAIN) is Step.PARK_AMBIGUOUS
@@ -305,15 +307,7 @@ def test_an_unresolved_patch_conflict_parks_instead_of_failing_when_retries_run_
     whose reconcile reads it back. A definite refusal (400) still ends terminal."""
 
     def exhausted(journal: tuple[JournalEntry, ...]) -> Step:
-        ctx = RecoveryInput(
-            kind=SendKind.PATCH,
-            status="processing",
-            journal=journal,
-            contract=LOCATOR,
-            checkpoint_set=True,
-            exhausted=True,
-        )
-        return next_step(ctx).step
+        return patch(journal, LOCATOR, exhausted=True)
 
     answered_412 = entry(SendOutcome.ANSWERED, 412)
     assert exhausted((NOT_SENT, answered_412, answered_412)) is Step.PARK_AMBIGUOUS
