@@ -105,7 +105,7 @@ async def _adopt_all(
     savepoint; False, having written nothing, when a locator was claimed concurrently by
     another key: `_adopt` then decides record by record which one."""
     adoptable = [d for d in decided if d.outcome is Outcome.ADOPTABLE]
-    rows = [adopted_link_values(slot.active, slot.backfill, d, *stamp, shared) for d in adoptable]
+    rows = [adopted_link_values(d, shared) for d in adoptable]
     try:
         async with conn.transaction():
             with invariant_errors():
@@ -125,7 +125,7 @@ async def _adopt(
 ) -> RecordDecision:
     if decision.outcome is not Outcome.ADOPTABLE:
         return decision
-    values = adopted_link_values(slot.active, slot.backfill, decision, *stamp, shared)
+    values = adopted_link_values(decision, shared)
     try:
         # A savepoint: a locator claimed concurrently by another key rejects this record only.
         async with conn.transaction():
@@ -157,20 +157,11 @@ def _audit_entry(decision: RecordDecision, operator: str) -> AuditEntry:
     )
 
 
-def adopted_link_values(
-    active: ActiveMetadata,
-    slot: BackfillSlot,
-    decision: RecordDecision,
-    now: datetime,
-    operator: str,
-    shared: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+def adopted_link_values(decision: RecordDecision, shared: dict[str, Any]) -> dict[str, Any]:
     """Columns of a `finalized` link adopted from legacy fields (STO-1), frozen from the
-    active install exactly as a runtime create would have frozen them. `shared`: the
-    slot's columns (`adopted_slot_values`), computed once for a page of records."""
+    active install exactly as a runtime create would have frozen them: the slot's
+    columns `shared` (`adopted_slot_values`, computed once for a page) and the record's."""
     assert decision.link_key and decision.remote_id, "only adoptable decisions"
-    if shared is None:
-        shared = adopted_slot_values(active, slot, now, operator)
     return {
         **shared,
         "link_key": decision.link_key,
