@@ -9,8 +9,8 @@ row it holds locked.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
-from typing import Final, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Final, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
@@ -106,14 +106,14 @@ def _row_members(row: LinkRowState) -> dict[str, str]:
     (issue 34); one look-up for the shared columns, not one per column, halves the rest."""
     values = vars(row)
     shared_values = _shared_values(values)
-    shared = _shared_texts.get(shared_values)
-    if shared is None:
-        if len(_shared_texts) >= _SHARED_TEXTS_MAX:
-            _shared_texts.clear()
-        shared = _shared_texts[shared_values] = {
+    shared = _cached(
+        _shared_texts,
+        shared_values,
+        lambda: {
             key: member_text(key, value_text(value))
             for key, value in zip(_SHARED_COLUMNS, shared_values, strict=True)
-        }
+        },
+    )
     members = dict(shared)
     members["profile_snapshot"] = _snapshot_member(values["profile_snapshot"])
     for key in _PER_LINK:
@@ -129,7 +129,22 @@ _SHARED_COLUMNS: Final = tuple(
 )
 _shared_values: Final = operator.itemgetter(*_SHARED_COLUMNS)
 _SHARED_TEXTS_MAX: Final = 256
+K = TypeVar("K")
 _shared_texts: dict[tuple[object, ...], dict[str, str]] = {}
+
+
+def _cached(
+    cache: dict[K, dict[str, str]], key: K, encode: Callable[[], dict[str, str]]
+) -> dict[str, str]:
+    """`cache[key]`, encoded on a miss; a full cache starts again (a bulk run's pages
+    share a handful of keys, so this bounds memory, not the hit rate)."""
+    texts = cache.get(key)
+    if texts is None:
+        if len(cache) >= _SHARED_TEXTS_MAX:
+            cache.clear()
+        texts = cache[key] = encode()
+    return texts
+
 
 # The last snapshot encoded and its member text; the object is kept, so `is` is exact.
 _last_snapshot: list[tuple[JsonValue, str]] = []
@@ -174,11 +189,8 @@ def row_digests(row: LinkRowState, member: RevalidationMember, operation_id: str
         member.new_pack_install_id,
         operation_id,
     )
-    texts = _moved_texts.get(moved)
-    if texts is None:  # one set per operation and slot: every member moves to the same
-        if len(_moved_texts) >= _SHARED_TEXTS_MAX:
-            _moved_texts.clear()
-        texts = _moved_texts[moved] = object_members(_moved(member, operation_id))
+    # One set per operation and slot: every member moves to the same four values.
+    texts = _cached(_moved_texts, moved, lambda: object_members(_moved(member, operation_id)))
     after = {**before, **texts}
     return RowDigests(_members_digest(before), _members_digest(after))
 
