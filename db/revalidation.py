@@ -220,11 +220,17 @@ class LockedRow(NamedTuple):
     version: int
 
 
-async def link_states_for_update(conn: Conn, link_keys: list[str]) -> dict[str, LockedRow]:
-    """The rows of `link_keys` that exist, locked; absent keys are simply missing."""
-    rows = await conn.fetch(SELECT_LINKS_FOR_UPDATE, link_keys)
-    states = zip(rows, link_states_of(rows), strict=True)
-    return {state.link_key: LockedRow(state, row["row_version"]) for row, state in states}
+async def rows_for_update(conn: Conn, link_keys: list[str]) -> list[Record]:
+    """The rows of `link_keys` that exist, locked, as Postgres returns them (absent keys
+    are simply missing): `locked_rows` makes them models, in the caller's own time, so
+    the connection moves on to its next statement first (issue 34)."""
+    return await conn.fetch(SELECT_LINKS_FOR_UPDATE, link_keys)
+
+
+def locked_rows(rows: list[Record]) -> Iterator[LockedRow]:
+    """`rows_for_update`'s rows as models, one at a time."""
+    for row, state in zip(rows, link_states_of(rows), strict=True):
+        yield LockedRow(state, row["row_version"])
 
 
 async def occupying_attempts(conn: Conn, link_keys: list[str]) -> dict[str, tuple[str, ...]]:
@@ -235,9 +241,13 @@ async def occupying_attempts(conn: Conn, link_keys: list[str]) -> dict[str, tupl
     return {key: tuple(ids) for key, ids in found.items()}
 
 
-async def pointer_receipts(conn: Conn, pointers: dict[str, str]) -> dict[str, RevalidationReceipt]:
-    """The receipt each link's pointer names (link key -> operation id), by link key."""
-    rows = await conn.fetch(SELECT_POINTER_RECEIPTS, list(pointers), list(pointers.values()))
+async def pointer_receipt_rows(conn: Conn, pointers: dict[str, str]) -> list[Record]:
+    """The receipt each link's pointer names (link key -> operation id), as rows for
+    `receipts_by_link`."""
+    return await conn.fetch(SELECT_POINTER_RECEIPTS, list(pointers), list(pointers.values()))
+
+
+def receipts_by_link(rows: Iterable[Record]) -> dict[str, RevalidationReceipt]:
     return {row["link_key"]: _receipt(row) for row in rows}
 
 

@@ -19,7 +19,14 @@ from typing import Annotated, Literal, NamedTuple, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from protocol.link_row import LinkRowState, RowDigests, after_state, before_state, row_digests
+from protocol.link_row import (
+    LinkRowState,
+    RowDigests,
+    after_state,
+    before_state,
+    link_row_digest,
+    row_digests,
+)
 from protocol.revalidation_manifest import ManifestHead, RevalidationManifest, RevalidationMember
 from protocol.states import LinkStatus
 
@@ -143,15 +150,22 @@ class Judgement(NamedTuple):
 
 
 def judge_new_member(
-    manifest: Manifest, member: RevalidationMember, lock: LockedMember
+    manifest: Manifest, member: RevalidationMember, lock: LockedMember, *, project: bool = True
 ) -> Judgement:
     """Invariants 2-3 for one member of a new operation. The costly part of `decide` (the
     row digest and the projected receipt's), so a caller may judge each page of members
-    as it is locked, while the next page's locks are taken (issue 16, P4)."""
+    as it is locked, while the next page's locks are taken (issue 16, P4).
+
+    `project=False` judges the member alike but leaves its receipt (and the after-state
+    digest only a receipt holds) unmade: a member without conflicts is then
+    `Judgement((), None)`. For a dry run past the receipts it reports (issue 34)."""
     row = lock.row
     if row is None:
         missing = _conflict(member.link_key, ConflictReason.LINK_MISSING, "no link with this key")
         return Judgement((missing,), None)
+    if not project:
+        unmade = tuple(_new_member_conflicts(member, lock, row, link_row_digest(row)))
+        return Judgement(unmade, None)
     digests = row_digests(row, member, manifest.operation_id)
     conflicts = tuple(_new_member_conflicts(member, lock, row, digests.before))
     if conflicts:

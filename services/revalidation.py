@@ -15,6 +15,7 @@ remote (REV-3): this module imports no such query or client.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 
@@ -45,7 +46,16 @@ from services.revalidation_installs import (
     install_manifest,
     slot_fingerprints,
 )
-from services.revalidation_pages import CasLost, Locked, PageWrite, lock_page, write_page
+from services.revalidation_pages import (
+    PER_YIELD,
+    CasLost,
+    Locked,
+    PageWrite,
+    ReadPage,
+    locked_page,
+    read_page,
+    write_page,
+)
 from services.revalidation_source import ManifestSource, as_source
 
 __all__ = [
@@ -147,23 +157,30 @@ class _Run:
         # Read under the scope lock: a concurrent apply of this operation has committed.
         self.owners = frozenset(owners)
         retry = await q.operation_exists(self.conn, head.operation_id)
-        pages = self.source.pages(PAGE)
-        current = next(pages, None)
+        # Parsed a part of a page at a time, the event loop let in between (`_next_page`).
+        pages = self.source.pages(math.gcd(PAGE, PER_YIELD))
+        current = await _next_page(pages)
+        # One page parsed ahead: the next page's read is started the moment the page
+        # before it is in, and this process parses the page after it meanwhile.
+        self.upcoming = await _next_page(pages) if current is not None else None
         self.reading = self._read(current or ())
         self.unwritten: PageWrite | None = None
         try:
             while current is not None:
-                locked = await self.reading
+                read = await self.reading
                 # This page's own statements first (one statement at a time on `conn`),
-                # then Postgres reads the next page while this one is judged (issue 16 P4).
+                # then Postgres writes the page judged before and reads the next while
+                # this process makes this page's models and judges them (issue 16 P4,
+                # issue 34: Postgres is the slower side, so it is never left waiting).
                 if retry:
                     stored = await self._stored(current)
-                    upcoming = self._read_next(pages)
-                    self._verify_page(current, locked, stored)
+                    upcoming = await self._read_next(pages)
+                    self._verify_page(current, await locked_page(read), stored)
                 else:
-                    produced = await self._produced(current, locked)
-                    upcoming = self._read_next(pages)
-                    await self._judge_and_write(current, locked, produced)
+                    await self._load_installs(current)
+                    upcoming = await self._read_next(pages)
+                    locked = await locked_page(read)
+                    await self._judge_and_write(current, locked, self._produced(current, locked))
                 current = upcoming
             await self.reading  # the last write (or read): its error, if any, is raised
         finally:
@@ -196,27 +213,29 @@ class _Run:
         keys = [m.link_key for page in self.source.pages(PAGE) for m in page]
         return await q.owners_of(self.conn, keys)
 
-    def _read(self, page: Sequence[RevalidationMember]) -> asyncio.Future[Locked]:
-        return asyncio.ensure_future(lock_page(self.conn, [m.link_key for m in page]))
+    def _read(self, page: Sequence[RevalidationMember]) -> asyncio.Future[ReadPage]:
+        return asyncio.ensure_future(read_page(self.conn, [m.link_key for m in page]))
 
-    def _read_next(
+    async def _read_next(
         self, pages: Iterator[Sequence[RevalidationMember]]
     ) -> Sequence[RevalidationMember] | None:
         """The next page (None: the manifest has no more), its reading started, after
-        the write of the page judged before, if any: Postgres writes one page and reads
-        the next while this process judges the page between them."""
-        upcoming = next(pages, None)
+        the write of the page judged before, if any; then the page after it is parsed
+        while Postgres writes one page and reads the next."""
+        upcoming = self.upcoming
         unwritten, self.unwritten = self.unwritten, None
         if upcoming is not None or unwritten is not None:
             self.reading = asyncio.ensure_future(self._write_then_read(unwritten, upcoming or ()))
+        if upcoming is not None:
+            self.upcoming = await _next_page(pages)
         return upcoming
 
     async def _write_then_read(
         self, unwritten: PageWrite | None, page: Sequence[RevalidationMember]
-    ) -> Locked:
+    ) -> ReadPage:
         if unwritten is not None:
             await self._write(unwritten)
-        return await lock_page(self.conn, [m.link_key for m in page])
+        return await read_page(self.conn, [m.link_key for m in page])
 
     async def _write(self, unwritten: PageWrite) -> None:
         page, receipts, versions = unwritten
@@ -244,8 +263,9 @@ class _Run:
         """Invariants 2-3 and item 6 for a new operation's page; apply writes the page
         while no member anywhere conflicts (after which the rest is only judged)."""
         written: list[RevalidationReceipt] = []
+        unprojected = 0
         for n, (member, lock) in enumerate(zip(page, locked.members, strict=True)):
-            if n % _JUDGED_PER_YIELD == 0:
+            if n % PER_YIELD == 0:
                 await asyncio.sleep(0)  # let the next page's reading move on
             self.on_step(Phase.LOCKED, member.link_key)
             if lock.row is not None and lock.row.connector_owner_key not in self.owners:
@@ -255,14 +275,19 @@ class _Run:
             if bound:
                 self._conflict(bound)
                 continue
-            judged = judge_new_member(self.head, member, lock)
+            # A dry run makes only the receipts it reports (SHOWN); apply, every one.
+            project = self.write or self.receipt_count + len(written) < SHOWN
+            judged = judge_new_member(self.head, member, lock, project=project)
             self._conflict(judged.conflicts)
             if judged.receipt is not None:
                 written.append(judged.receipt)
+            elif not judged.conflicts:
+                unprojected += 1
         if self.conflict_count:
             return
         for receipt in written:
             self._receipt(receipt)
+        self.receipt_count += unprojected
         if self.write:  # written once the next page is read (`_read_next`)
             self.unwritten = PageWrite(page, written, locked.versions)
 
@@ -296,16 +321,19 @@ class _Run:
             for key in others
         )
 
-    async def _produced(
+    async def _load_installs(self, page: Sequence[RevalidationMember]) -> None:
+        """The installs the page's members name, each read once per run."""
+        for install in {member.new_pack_install_id for member in page} - self.installs.keys():
+            self.installs[install] = await install_manifest(self.conn, install)
+
+    def _produced(
         self, page: Sequence[RevalidationMember], locked: Locked
     ) -> dict[str, InstallFingerprints | None]:
         """Each member's new fingerprints recomputed from its `new_pack_install_id` (item
-        6), installs and slots resolved once per run."""
+        6), slots resolved once per run."""
         produced: dict[str, InstallFingerprints | None] = {}
         for member, lock in zip(page, locked.members, strict=True):
             install = member.new_pack_install_id
-            if install not in self.installs:
-                self.installs[install] = await install_manifest(self.conn, install)
             pack = self.installs[install]
             if lock.row is not None and pack is not None:
                 produced[member.link_key] = slot_fingerprints(self.slots, pack, install, lock.row)
@@ -330,11 +358,22 @@ def _other_owner(member: RevalidationMember, owner: str) -> Conflict:
     )
 
 
-# Members judged between two chances for the page being read to send its next statement.
-_JUDGED_PER_YIELD = 100
+async def _next_page(
+    parts: Iterator[Sequence[RevalidationMember]],
+) -> Sequence[RevalidationMember] | None:
+    """The next PAGE members (None: the manifest has no more) from `parts`, pages of a
+    size that divides PAGE, the event loop let in between two: while a page is parsed,
+    the page being written and read on the connection sends its next statement."""
+    page: list[RevalidationMember] = []
+    for part in parts:
+        page.extend(part)
+        if len(page) >= PAGE:
+            break
+        await asyncio.sleep(0)
+    return page or None
 
 
-async def _settled(task: asyncio.Future[Locked]) -> None:
+async def _settled(task: asyncio.Future[ReadPage]) -> None:
     """Wait for a page read that may still be running, so no statement is left on the
     connection when its transaction ends; when the caller is failing, its own error is
     the one raised, so the read's outcome is dropped (and marked retrieved)."""

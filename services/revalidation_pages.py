@@ -3,11 +3,15 @@ and its write, each a few set-wise statements on the caller's connection."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from asyncpg import Record
+
 from db import revalidation as q
 from db.records import Conn
+from protocol.link_row import LinkRowState
 from protocol.revalidation import Conflict, ConflictReason, LockedMember, RevalidationReceipt
 from protocol.revalidation_manifest import ManifestHead, RevalidationMember
 
@@ -31,32 +35,61 @@ class Locked(NamedTuple):
     versions: dict[str, int]  # the row_version each existing member's row was read at
 
 
-async def lock_page(conn: Conn, keys: list[str]) -> Locked:
+class ReadPage(NamedTuple):
+    """One page's locked read as Postgres returned it; `locked_page` makes it models."""
+
+    keys: list[str]
+    rows: list[Record]
+    occupying: dict[str, tuple[str, ...]]
+    receipts: list[Record]  # the receipts the rows' pointers name
+
+
+# Rows made models (or members judged) between two chances for a page being written or
+# read on the connection to send its next statement.
+PER_YIELD = 100
+
+
+async def read_page(conn: Conn, keys: list[str]) -> ReadPage:
     """Lock and read one page of members: their rows (FOR UPDATE, in link-key order),
-    occupying attempts and pointed-at receipts, each set-wise for the page. The owner
+    occupying attempts and pointed-at receipts, each set-wise for the page. Statements
+    only: Postgres is the slower side of a page (issue 34), so the rows are made models
+    by the caller while the connection writes and reads the pages either side. The owner
     scope lock the run holds keeps every admission, dispatch and operator action of the
     owner out, so no occupying attempt can appear under it (invariant 3)."""
     if not keys:
-        return Locked([], {})
-    read = await q.link_states_for_update(conn, keys)
+        return ReadPage(keys, [], {}, [])
+    rows = await q.rows_for_update(conn, keys)
     occupying = await q.occupying_attempts(conn, keys)
-    rows = {key: locked.state for key, locked in read.items()}
     pointers = {
-        key: row.last_mapping_revalidation_operation_id
-        for key, row in rows.items()
-        if row.last_mapping_revalidation_operation_id is not None
+        row["link_key"]: pointer
+        for row in rows
+        if (pointer := row["last_mapping_revalidation_operation_id"]) is not None
     }
-    prior = await q.pointer_receipts(conn, pointers) if pointers else {}
+    receipts = await q.pointer_receipt_rows(conn, pointers) if pointers else []
+    return ReadPage(keys, rows, occupying, receipts)
+
+
+async def locked_page(read: ReadPage) -> Locked:
+    """The page's rows, occupancy and pointed-at receipts as models, yielding to the
+    event loop every PER_YIELD rows."""
+    rows: dict[str, LinkRowState] = {}
+    versions: dict[str, int] = {}
+    for n, locked in enumerate(q.locked_rows(read.rows)):
+        if n % PER_YIELD == 0:
+            await asyncio.sleep(0)
+        rows[locked.state.link_key] = locked.state
+        versions[locked.state.link_key] = locked.version
+    prior = q.receipts_by_link(read.receipts)
     members = [
         LockedMember(
             link_key=key,
             row=rows.get(key),
-            occupying_attempt_ids=occupying.get(key, ()),
+            occupying_attempt_ids=read.occupying.get(key, ()),
             pointer_receipt=prior.get(key),
         )
-        for key in keys
+        for key in read.keys
     ]
-    return Locked(members, {key: locked.version for key, locked in read.items()})
+    return Locked(members, versions)
 
 
 async def write_page(

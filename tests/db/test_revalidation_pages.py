@@ -93,11 +93,15 @@ async def test_a_failure_while_the_next_page_is_being_read_rolls_back_cleanly(
     judge = revalidation_activity.judge_new_member
 
     def judge_or_fail(
-        manifest: RevalidationManifest, member: RevalidationMember, lock: LockedMember
+        manifest: RevalidationManifest,
+        member: RevalidationMember,
+        lock: LockedMember,
+        *,
+        project: bool = True,
     ) -> Judgement:
         if member.link_key == links.keys[1]:  # the first page's last: page 2 is being read
             raise JudgingBroke(member.link_key)
-        return judge(manifest, member, lock)
+        return judge(manifest, member, lock, project=project)
 
     monkeypatch.setattr(revalidation_activity, "judge_new_member", judge_or_fail)
     with pytest.raises(JudgingBroke):
@@ -106,3 +110,33 @@ async def test_a_failure_while_the_next_page_is_being_read_rolls_back_cleanly(
     assert await state(conn) == before
     monkeypatch.setattr(revalidation_activity, "judge_new_member", judge)
     assert (await apply(conn, manifest)).status is RevalidationStatus.APPLIED
+
+
+async def test_a_dry_run_counts_every_receipt_makes_only_those_it_shows_and_still_judges_the_rest(
+    conn: asyncpg.Connection, links: Links, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 34: validate makes no receipt past the SHOWN it reports (nor the after-state
+    # digest only a receipt holds), yet counts every member and checks each one's row.
+    monkeypatch.setattr(revalidation_activity, "SHOWN", 1)
+    manifest = await plan(conn, links, links.keys)
+    dry = await validate(conn, manifest)
+    assert (dry.status, dry.receipt_count, len(dry.receipts)) == (
+        RevalidationStatus.VALIDATED,
+        len(links.keys),
+        1,
+    )
+    set_path = "UPDATE connector_remote_link SET update_path_template = $2 WHERE link_key = $1"
+    path = await conn.fetchval(
+        "SELECT update_path_template FROM connector_remote_link WHERE link_key = $1",
+        links.keys[-1],
+    )
+    await conn.execute(set_path, links.keys[-1], "/v2/{remoteId}")  # past the receipt shown
+    changed = await validate(conn, manifest)
+    assert [(c.link_key, c.reason) for c in changed.conflicts] == [
+        (links.keys[-1], ConflictReason.ROW_DIGEST_MISMATCH)
+    ]
+    assert changed.receipt_count == 0
+    await conn.execute(set_path, links.keys[-1], path)
+    applied = await apply(conn, manifest)
+    assert applied.receipt_count == len(links.keys)
+    assert applied.receipts == dry.receipts  # the one shown is the one written
