@@ -174,8 +174,8 @@ def link_states_of(rows: Iterable[Record]) -> Iterator[LinkRowState]:
     for row in rows:
         values = dict(row)
         values.pop("row_version", None)  # read beside the state for the compare-and-set
-        text = values.pop("profile_snapshot")
-        state = LinkRowState.model_validate({**values, "profile_snapshot": None})
+        text, values["profile_snapshot"] = values["profile_snapshot"], None
+        state = LinkRowState.model_validate(values)
         if text is not None:
             if text not in snapshots:
                 snapshots[text] = json.loads(text)

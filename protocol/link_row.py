@@ -8,14 +8,18 @@ row it holds locked.
 
 from __future__ import annotations
 
+import hashlib
 import operator
 from collections.abc import Callable, Mapping
-from typing import Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from protocol.canonical import member_text, object_members, sha256_hex, value_text
+from protocol.canonical import member_text, object_members, value_text
 from protocol.revalidation_manifest import RevalidationMember
+
+if TYPE_CHECKING:
+    from hashlib import _Hash as Hash
 
 ROW_DIGEST_ALGORITHM: Final = "connector-push/link-row:v1"
 
@@ -94,32 +98,43 @@ def link_row_digest(row: LinkRowState) -> str:
     """sha256 of canonical JSON {algorithm, row}: the value a member's expected digest binds."""
     # vars(row) is row.model_dump(mode="json"): every field is already a JSON value
     # (str, None or the JSON snapshot), and skipping the serializer halves the cost (P4).
-    return _members_digest(_row_members(row))
-
-
-def _row_members(row: LinkRowState) -> dict[str, str]:
-    """`object_members` of the row, reusing the encodings a bulk read's rows share: every
-    column but the per-link ones (cached together, by their values: the links of one
-    slot and install share all of them), and the profile snapshot from the last row that
-    carried the very same snapshot object (a page of links read together shares one:
-    db/revalidation.py link_states_of). Encoding them afresh was most of a digest's cost
-    (issue 34); one look-up for the shared columns, not one per column, halves the rest."""
     values = vars(row)
-    shared_values = _shared_values(values)
-    shared = _cached(
-        _shared_texts,
-        shared_values,
-        lambda: {
-            key: member_text(key, value_text(value))
-            for key, value in zip(_SHARED_COLUMNS, shared_values, strict=True)
-        },
-    )
-    members = dict(shared)
-    members["profile_snapshot"] = _snapshot_member(values["profile_snapshot"])
-    for key in _PER_LINK:
-        members[key] = member_text(key, value_text(values[key]))
-    return members
+    return _filled_digest(_frame(values, None, None), _per_link_texts(values))
 
+
+class RowDigests(NamedTuple):
+    """A row's `link_row_digest` before and after a member's transition."""
+
+    before: str
+    after: str
+
+
+def row_digests(row: LinkRowState, member: RevalidationMember, operation_id: str) -> RowDigests:
+    """The digests of `row` and of its after-state, which share every unmoved column's
+    encoding (issue 16, P4: each member of a bulk manifest needs both)."""
+    values = vars(row)
+    moved = (
+        member.new_mapping_fingerprint,
+        member.new_body_fingerprint,
+        member.new_pack_install_id,
+        operation_id,
+    )
+    # One set per operation and slot: every member moves to the same four values.
+    texts = _cached(_moved_texts, moved, lambda: object_members(_moved(member, operation_id)))
+    per_link = _per_link_texts(values)
+    return RowDigests(
+        _filled_digest(_frame(values, None, None), per_link),
+        _filled_digest(_frame(values, moved, texts), per_link),
+    )
+
+
+# -- the digested document, a frame shared by many rows and their own few members --------
+# The document is {"algorithm": ..., "row": {...}} ("algorithm" sorts first), and a row's
+# members are always LinkRowState's fields: their sorted order is fixed. Only the
+# per-link columns differ between the rows of one slot and install, so the rest of the
+# document's text (the frame: its pieces around the per-link members) is built once per
+# shared value set, snapshot and move, and a row's digest joins its three members into it
+# (issue 34: building and joining every member per row was most of a digest's cost).
 
 # Columns whose values differ from link to link (not worth caching); every other column
 # but the profile snapshot is text or null, so their values together are a key.
@@ -128,22 +143,64 @@ _SHARED_COLUMNS: Final = tuple(
     key for key in LinkRowState.model_fields if key not in {*_PER_LINK, "profile_snapshot"}
 )
 _shared_values: Final = operator.itemgetter(*_SHARED_COLUMNS)
-_SHARED_TEXTS_MAX: Final = 256
+_ALGORITHM_MEMBER: Final = member_text("algorithm", value_text(ROW_DIGEST_ALGORITHM))
+_ROW_ORDER: Final = tuple(sorted(LinkRowState.model_fields))
+_in_row_order: Final = operator.itemgetter(*_ROW_ORDER)
+_PER_LINK_ORDER: Final = tuple(key for key in _ROW_ORDER if key in _PER_LINK)
+# Where a per-link member goes in a frame: canonical JSON escapes every control
+# character, so no member's text holds this one.
+_HOLE: Final = "\x00"
+_frames: dict[tuple[object, ...], _Frame] = {}
+
+
+class _Frame(NamedTuple):
+    """A digested document's text around its per-link members, as UTF-8: the sha256
+    state after its first piece, and the pieces that follow each per-link member."""
+
+    head: Hash
+    pieces: tuple[bytes, ...]
+
+
+def _frame(
+    values: Mapping[str, JsonValue],
+    moved: tuple[str, ...] | None,
+    moved_texts: Mapping[str, str] | None,
+) -> _Frame:
+    """The frame of a row with `values`, its `MOVED_COLUMNS` replaced by `moved_texts`
+    when given (`moved` their values)."""
+    shared_values = _shared_values(values)
+    snapshot = _snapshot_member(values["profile_snapshot"])
+
+    def build() -> _Frame:
+        members = {
+            name: member_text(name, value_text(value))
+            for name, value in zip(_SHARED_COLUMNS, shared_values, strict=True)
+        }
+        members["profile_snapshot"] = snapshot
+        members.update(moved_texts or {})
+        members.update(dict.fromkeys(_PER_LINK, _HOLE))
+        row = "{" + ",".join(_in_row_order(members)) + "}"
+        document = "{" + _ALGORITHM_MEMBER + "," + member_text("row", row) + "}"
+        first, *rest = (piece.encode("utf-8") for piece in document.split(_HOLE))
+        return _Frame(hashlib.sha256(first), tuple(rest))
+
+    return _cached(_frames, (shared_values, snapshot, moved), build)
+
+
+_CACHED_MAX: Final = 256
 K = TypeVar("K")
-_shared_texts: dict[tuple[object, ...], dict[str, str]] = {}
+V = TypeVar("V")
 
 
-def _cached(
-    cache: dict[K, dict[str, str]], key: K, encode: Callable[[], dict[str, str]]
-) -> dict[str, str]:
+def _cached(cache: dict[K, V], key: K, encode: Callable[[], V]) -> V:
     """`cache[key]`, encoded on a miss; a full cache starts again (a bulk run's pages
     share a handful of keys, so this bounds memory, not the hit rate)."""
-    texts = cache.get(key)
-    if texts is None:
-        if len(cache) >= _SHARED_TEXTS_MAX:
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= _CACHED_MAX:
             cache.clear()
-        texts = cache[key] = encode()
-    return texts
+        found = cache[key] = encode()
+    return found
 
 
 # The last snapshot encoded and its member text; the object is kept, so `is` is exact.
@@ -158,41 +215,23 @@ def _snapshot_member(snapshot: JsonValue) -> str:
     return text
 
 
-# The digested document is {"algorithm": ..., "row": {...}} ("algorithm" sorts first),
-# and a row's members are always LinkRowState's fields: their sorted order is fixed.
-_ALGORITHM_MEMBER: Final = member_text("algorithm", value_text(ROW_DIGEST_ALGORITHM))
-_ROW_ORDER: Final = tuple(sorted(LinkRowState.model_fields))
-_in_row_order: Final = operator.itemgetter(*_ROW_ORDER)
+# `member_text` of each per-link column, as UTF-8 without its value, and the column.
+_PER_LINK_KEYS: Final = tuple(
+    (member_text(key, "").encode("utf-8"), key) for key in _PER_LINK_ORDER
+)
 
 
-def _members_digest(row_members: Mapping[str, str]) -> str:
-    """`link_row_digest` of the row whose `object_members` these are."""
-    row = "{" + ",".join(_in_row_order(row_members)) + "}"
-    document = "{" + _ALGORITHM_MEMBER + "," + member_text("row", row) + "}"
-    return sha256_hex(document.encode("utf-8"))
+def _per_link_texts(values: Mapping[str, JsonValue]) -> list[bytes]:
+    return [key + value_text(values[name]).encode("utf-8") for key, name in _PER_LINK_KEYS]
 
 
-class RowDigests(NamedTuple):
-    """A row's `link_row_digest` before and after a member's transition."""
-
-    before: str
-    after: str
-
-
-def row_digests(row: LinkRowState, member: RevalidationMember, operation_id: str) -> RowDigests:
-    """The digests of `row` and of its after-state, which share every unmoved column's
-    encoding (issue 16, P4: each member of a bulk manifest needs both)."""
-    before = _row_members(row)
-    moved = (
-        member.new_mapping_fingerprint,
-        member.new_body_fingerprint,
-        member.new_pack_install_id,
-        operation_id,
-    )
-    # One set per operation and slot: every member moves to the same four values.
-    texts = _cached(_moved_texts, moved, lambda: object_members(_moved(member, operation_id)))
-    after = {**before, **texts}
-    return RowDigests(_members_digest(before), _members_digest(after))
+def _filled_digest(frame: _Frame, per_link: list[bytes]) -> str:
+    """sha256 of the frame with the per-link members in their holes."""
+    digest = frame.head.copy()
+    for text, piece in zip(per_link, frame.pieces, strict=True):
+        digest.update(text)
+        digest.update(piece)
+    return digest.hexdigest()
 
 
 _moved_texts: dict[tuple[str, str, str, str], dict[str, str]] = {}

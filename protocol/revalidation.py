@@ -92,8 +92,11 @@ def _receipt(
     )
 
 
-class LockedMember(_Value):
-    """What the caller read for one member while holding its link and occupancy locks."""
+class LockedMember(NamedTuple):
+    """What the caller read for one member while holding its link and occupancy locks.
+
+    A tuple, not a model: its parts are models already, and a bulk run makes one per
+    member (issue 34)."""
 
     link_key: str
     row: LinkRowState | None

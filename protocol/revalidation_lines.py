@@ -128,16 +128,22 @@ class _Lines:
         self._digest.update(line + b"\n")
 
     def _add_member(self, member: RevalidationMember, line: bytes) -> None:
-        where = f"line {self.count + 2}: {member.link_key}"
         if self._last_key is not None and member.link_key <= self._last_key:
             same = member.link_key == self._last_key
             reason = R.DUPLICATE_LINK_KEY if same else R.UNSORTED_MEMBERS
-            raise ManifestRejected(reason, f"{where}: members must be strictly sorted by link_key")
+            raise ManifestRejected(
+                reason, f"{self._where(member)}: members must be strictly sorted by link_key"
+            )
         if member.changes_nothing:
-            raise ManifestRejected(R.NOOP_MEMBER, f"{where}: old and new are identical")
+            raise ManifestRejected(
+                R.NOOP_MEMBER, f"{self._where(member)}: old and new are identical"
+            )
         self._last_key = member.link_key
         self._digest.update(line + b"\n")
         self.count += 1
+
+    def _where(self, member: RevalidationMember) -> str:
+        return f"line {self.count + 2}: {member.link_key}"
 
     def _hexdigest(self) -> str:
         return self._digest.hexdigest()
