@@ -119,6 +119,14 @@ def pace_slot(
     )
 
 
+def slot_missed(overslept_s: float) -> bool:
+    """Whether a sender that woke `overslept_s` after its slot has missed it: sent now, it
+    would land among the slots reserved after its own (a stalled process wakes every
+    sender it held at once, a burst the remote's window counts). Within the catch-up an
+    idle budget is allowed anyway, it has not."""
+    return overslept_s > PACE_TOLERANCE_S
+
+
 def declared_limits(manifests: Iterable[PackManifest]) -> Iterator[tuple[str, RateLimit]]:
     """(budget key, rateLimit) of every destination whose profile declares one: the walk
     the paced rates and the daily quotas both take (a budget may appear more than once)."""

@@ -40,8 +40,10 @@ from protocol.rate_limit import (
     destination_budget,
     fairness_weight,
     pace_slot,
+    slot_missed,
 )
 from protocol.snapshots import CreateRequestSnapshot
+from services.logthrottle import ThrottledLog
 from services.packs import active_manifests, get_install
 
 # Requests/s of a key at weight 1: keyless activities share the "" key at this rate.
@@ -49,6 +51,7 @@ FAIRNESS_DEFAULT_PER_SECOND = 1000.0
 _IDENTITY = "connector-push rate limits"
 
 log = logging.getLogger(__name__)
+warn = ThrottledLog(log)
 
 
 async def remote_budget(conn: Conn, link_key: str) -> RemoteBudgetResult:
@@ -233,12 +236,23 @@ async def reserve_pace(
     slot = pace_slot(fairness_key, fairness_weight, FAIRNESS_DEFAULT_PER_SECOND)
     if slot is None or task_queue not in _paced_queues:
         return None
-    async with pool.acquire() as conn:
-        reserved, wait = await reserve_slot(
-            conn, slot.budget_key, slot.interval_s, PACE_TOLERANCE_S, slot.max_wait_s
-        )
-    if not reserved:
-        return max(1.0, wait - slot.max_wait_s / 2)  # back with a slot in reach
-    if wait > 0:
+    loop = asyncio.get_running_loop()
+    while True:
+        async with pool.acquire() as conn:
+            reserved, wait = await reserve_slot(
+                conn, slot.budget_key, slot.interval_s, PACE_TOLERANCE_S, slot.max_wait_s
+            )
+        if not reserved:
+            return max(1.0, wait - slot.max_wait_s / 2)  # back with a slot in reach
+        if wait <= 0:
+            return None
+        due = loop.time() + wait
         await asyncio.sleep(wait)  # pacing: the slot is the condition, reserved above
-    return None
+        if not slot_missed(loop.time() - due):
+            return None
+        # Woke too late (this process stalled): the slot is spent unused and the next
+        # one reserved, so the sends a stall held back go out at the pace again.
+        warn.warning(
+            "remote budget %s: a slot missed (the process stalled); reserving again",
+            slot.budget_key,
+        )

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 
 import asyncpg
 import pytest
 
 from db.budget_pace import reserve_slot
+from protocol.rate_limit import BUDGET_KEY_PREFIX, DISPATCH_AHEAD, PACE_TOLERANCE_S
+from services import rate_limit
 
 
 def _key() -> str:
@@ -63,3 +66,48 @@ async def test_an_idle_budget_catches_up_its_tolerance_and_no_more(db_pool: asyn
     # 1 + tolerance / interval requests at once, then the pace again.
     assert [w <= 0 for w in waits] == [True, True, True, False, False], waits
     assert waits[4] - waits[3] == pytest.approx(interval, abs=0.1)
+
+
+async def test_a_sender_that_wakes_past_its_slot_reserves_again_instead_of_bursting(
+    db_pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stalled process wakes every sender it held at once; sent then, they would land
+    in the slots reserved after theirs, a burst the remote's window counts (CI saw 67 in
+    a 10 s window of a 40 budget after a worker's SIGKILL on a loaded box). A sender
+    that overslept its slot by more than the catch-up reserves the next one."""
+    queue, key, interval = f"q-{_key()}", BUDGET_KEY_PREFIX + _key(), 0.5
+    monkeypatch.setattr(rate_limit, "_paced_queues", {queue})
+    weight = DISPATCH_AHEAD / (interval * rate_limit.FAIRNESS_DEFAULT_PER_SECOND)
+
+    async def first_slot_in_one_second() -> float:
+        async with db_pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO connector_budget_pace VALUES ($1, clock_timestamp() + interval '1 s')"
+                " ON CONFLICT (budget_key) DO UPDATE SET next_free = excluded.next_free",
+                key,
+            )
+            return float(await conn.fetchval("SELECT extract(epoch FROM clock_timestamp())"))
+
+    async def next_free() -> float:
+        async with db_pool.acquire() as conn:
+            return float(
+                await conn.fetchval(
+                    "SELECT extract(epoch FROM next_free) FROM connector_budget_pace"
+                    " WHERE budget_key = $1",
+                    key,
+                )
+            )
+
+    # Undisturbed: one slot, one second off, taken; the budget moves one interval.
+    started = await first_slot_in_one_second()
+    assert await rate_limit.reserve_pace(db_pool, queue, key, weight) is None
+    assert await next_free() - started == pytest.approx(1.0 + interval, abs=0.2)
+    assert "a slot missed" not in caplog.text
+
+    # The process stalls 2.5 s while the sender waits for the same slot: it wakes ~1.7 s
+    # late, past the 1 s catch-up, and takes a new slot (now less the catch-up).
+    started = await first_slot_in_one_second()
+    asyncio.get_running_loop().call_later(0.2, time.sleep, 2.5)
+    assert await rate_limit.reserve_pace(db_pool, queue, key, weight) is None
+    assert await next_free() - started >= 2.7 - PACE_TOLERANCE_S + interval - 0.1
+    assert "a slot missed" in caplog.text
