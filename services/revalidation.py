@@ -160,12 +160,14 @@ class _Run:
         # Parsed a part of a page at a time, the event loop let in between (`_next_page`).
         pages = self.source.pages(math.gcd(PAGE, PER_YIELD))
         current = await _next_page(pages)
-        # One page parsed ahead: the next page's read is started the moment the page
-        # before it is in, and this process parses the page after it meanwhile.
-        self.upcoming = await _next_page(pages) if current is not None else None
+        self.upcoming: Sequence[RevalidationMember] | None = None
         self.reading = self._read(current or ())
         self.unwritten: PageWrite | None = None
         try:
+            # One page parsed ahead: the next page's read is started the moment the page
+            # before it is in, and this process parses the page after it meanwhile.
+            if current is not None:
+                self.upcoming = await _next_page(pages)
             while current is not None:
                 read = await self.reading
                 # This page's own statements first (one statement at a time on `conn`),
