@@ -119,6 +119,11 @@ def pace_slot(
     )
 
 
+# How many slots a sender may miss before it sends late anyway: a process late for
+# every wake (an event loop lagging for good) would otherwise hold every send back.
+MAX_SLOTS_MISSED: Final = 1
+
+
 def slot_missed(overslept_s: float) -> bool:
     """Whether a sender that woke `overslept_s` after its slot has missed it: sent now, it
     would land among the slots reserved after its own (a stalled process wakes every

@@ -32,6 +32,7 @@ from db.notify import PACKS_CHANGED_CHANNEL, database_key, listening
 from db.rate_limits import select_link_budget_row
 from db.records import Conn
 from protocol.rate_limit import (
+    MAX_SLOTS_MISSED,
     PACE_TOLERANCE_S,
     RemoteBudgetResult,
     budget_key,
@@ -237,6 +238,7 @@ async def reserve_pace(
     if slot is None or task_queue not in _paced_queues:
         return None
     loop = asyncio.get_running_loop()
+    missed = 0
     while True:
         async with pool.acquire() as conn:
             reserved, wait = await reserve_slot(
@@ -248,10 +250,11 @@ async def reserve_pace(
             return None
         due = loop.time() + wait
         await asyncio.sleep(wait)  # pacing: the slot is the condition, reserved above
-        if not slot_missed(loop.time() - due):
+        if missed == MAX_SLOTS_MISSED or not slot_missed(loop.time() - due):
             return None
         # Woke too late (this process stalled): the slot is spent unused and the next
         # one reserved, so the sends a stall held back go out at the pace again.
+        missed += 1
         warn.warning(
             "remote budget %s: a slot missed (the process stalled); reserving again",
             slot.budget_key,
