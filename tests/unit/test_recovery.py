@@ -62,12 +62,23 @@ def create(
     status: str = "processing",
     **kw: object,
 ) -> Step:
+    kw.setdefault("checkpoint_set", bool(journal))
+    return step_of(SendKind.CREATE, journal, profile, status, **kw)
+
+
+def step_of(
+    kind: SendKind,
+    journal: tuple[JournalEntry, ...],
+    profile: ProfileSnapshot,
+    status: str = "processing",
+    **kw: object,
+) -> Step:
+    """`next_step` of a send of `kind` with this journal and profile."""
     ctx = RecoveryInput(
-        kind=SendKind.CREATE,
+        kind=kind,
         status=status,
         journal=journal,
         contract=profile,
-        checkpoint_set=bool(journal),
         **kw,  # type: ignore[arg-type]
     )
     return next_step(ctx).step
@@ -150,15 +161,7 @@ def test_settled_states(status: str, expected: Step) -> None:
 
 
 def patch(journal: tuple[JournalEntry, ...], profile: ProfileSnapshot, **kw: object) -> Step:
-    ctx = RecoveryInput(
-        kind=SendKind.PATCH,
-        status="processing",
-        journal=journal,
-        contract=profile,
-        checkpoint_set=True,
-        **kw,  # type: ignore[arg-type]
-    )
-    return next_step(ctx).step
+    return step_of(SendKind.PATCH, journal, profile, checkpoint_set=True, **kw)
 
 
 def test_patch_steps() -> None:
