@@ -7,9 +7,10 @@ from typing import Final
 
 from db.records import Conn
 
-LINKS_BY_STATE: Final = (
-    "SELECT status AS label, count(*) AS n FROM connector_remote_link GROUP BY 1"
-)
+# The per-state deltas the link triggers append (migration 0160), never the links.
+LINKS_BY_STATE: Final = """
+SELECT status AS label, sum(n) AS n FROM connector_link_state_count GROUP BY 1 HAVING sum(n) <> 0
+"""
 
 SUSPENDED_BY_SURFACE: Final = """
 SELECT coalesce(suspend_reason, 'unknown') AS label, count(*) AS n FROM connector_remote_link
@@ -91,3 +92,9 @@ async def recent(conn: Conn, since: datetime) -> tuple[int, int, int]:
 async def oldest_parked(conn: Conn) -> tuple[str, str, datetime] | None:
     row = await conn.fetchrow(OLDEST_PARKED)
     return None if row is None else (row["link_key"], row["reason"], row["since"])
+
+
+async def fold_link_state_counts(conn: Conn) -> None:
+    """Fold the per-state deltas into one row per state (migration 0160): the worker's
+    gauge loop calls this, so `links_by_state` reads a few rows per state."""
+    await conn.execute("SELECT connector_fold_link_state_counts()")

@@ -13,6 +13,7 @@ from temporalio.runtime import Runtime
 
 from db.pool import CONNECT_ERRORS, create_pool
 from worker.client import connect_temporal, sdk_runtime
+from worker.link_counts import fold_counts
 from worker.observability import configure_logging, configure_tracing
 from worker.runtime import (
     build_worker,
@@ -98,12 +99,14 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
                 max_cached_workflows=settings.max_cached_workflows,
             )
             gauges = _status_gauges(pool, runtime, stop)
+            folding = asyncio.create_task(fold_counts(pool, stop))
             try:
                 await run_until(stop, worker)
             finally:
-                if gauges is not None:
-                    gauges.cancel()
-                    await asyncio.gather(gauges, return_exceptions=True)
+                housekeeping = [folding] if gauges is None else [folding, gauges]
+                for task in housekeeping:
+                    task.cancel()
+                await asyncio.gather(*housekeeping, return_exceptions=True)
     finally:
         await pool.close()
 

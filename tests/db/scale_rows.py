@@ -107,6 +107,12 @@ async def fill(conn: asyncpg.Connection, n: int) -> None:
             install,
         )
         await conn.execute(LINKS, n, install)
+        # The triggers that count links by state are off too: count them as migration 0160
+        # counts the links present when it runs.
+        await conn.execute(
+            "INSERT INTO connector_link_state_count (status, n)"
+            " SELECT status, count(*) FROM connector_remote_link GROUP BY status"
+        )
         await conn.execute(ATTEMPTS, n, install)
         await conn.execute(PATCHES, n)
         await conn.execute(AUDIT, n)
