@@ -84,13 +84,21 @@ async def push(
 
     from cli.entry import admission_pool, connect_best_effort, runtime_settings
     from cli.push_progress import ProgressLines, progress_line, scope_of
-    from cli.push_run import Run, admit_all, resolve_target, start_watching, watch
+    from cli.push_run import (
+        PAGES_AT_ONCE,
+        Run,
+        admit_all,
+        resolve_target,
+        start_watching,
+        watch,
+    )
     from services.rate_limit import pack_change_listener
 
     settings = runtime_settings()
     # The budget-rate cache beside a listener: no periodic re-read over a long push (P2).
     async with (
-        admission_pool(dsn, max_size=options.concurrency + 1) as pool,
+        # Its wake-ups, its pages in flight, and one for the reads between them.
+        admission_pool(dsn, max_size=options.concurrency + PAGES_AT_ONCE + 1) as pool,
         pack_change_listener(pool),
     ):
         target = await resolve_target(pool, *target_args)

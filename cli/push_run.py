@@ -5,7 +5,8 @@ Records are read by keyset over the `crm_record` primary key (source_object,
 record_id), `page_size` at a time. Each page is narrowed to the records neither linked
 nor holding an attempt (one snapshot), admitted set-wise in one transaction (the HTTP
 batch's admission: every key lock in one statement, in key order), and then its
-workflows are woken, `concurrency` at a time. What the run keeps is counts, never a
+workflows are woken, `concurrency` at a time. Two pages are admitted at once unless the
+run is paced (`admit_all`). What the run keeps is counts, never a
 list of its records or keys; its progress is read back as counts of the slot's attempts
 created since the run began.
 
@@ -19,9 +20,9 @@ repeat a page.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import asyncpg
 from temporalio.client import Client
@@ -41,6 +42,8 @@ _RELEASED: Final = [s.value for s in ATTEMPT_RELEASED]
 _IN_FLIGHT: Final = [s.value for s in IN_FLIGHT]
 # How often a paced run re-reads its in-flight count while it waits for room.
 PACE_POLL_S: Final = 1.0
+# Pages an unpaced run admits at once (`admit_all`).
+PAGES_AT_ONCE: Final = 2
 
 
 @dataclass(frozen=True)
@@ -159,18 +162,65 @@ async def admit_page(run: Run, record_ids: list[str], tally: Tally) -> None:
     await asyncio.gather(*(wake(s, d) for s, d in zip(saves, decisions, strict=True)))
 
 
+class _Window:
+    """At most `depth` page admissions running at once. A page's failure is raised by the
+    next `submit` or by `drain`; `cancel` stops whatever still runs (each page's
+    transaction rolls back or has committed whole, as with one page at a time)."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.running: set[asyncio.Task[None]] = set()
+
+    def _reap(self) -> None:
+        for task in [t for t in self.running if t.done()]:
+            self.running.discard(task)
+            task.result()
+
+    async def submit(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            self._reap()
+            while len(self.running) >= self.depth:
+                await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+                self._reap()
+        except BaseException:
+            work.close()  # never started: nothing of it ran
+            raise
+        self.running.add(asyncio.create_task(work))
+
+    async def drain(self) -> None:
+        while self.running:
+            await asyncio.wait(self.running, return_when=asyncio.FIRST_EXCEPTION)
+            self._reap()
+
+    async def cancel(self) -> None:
+        for task in self.running:
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)
+        self.running.clear()
+
+
 async def admit_all(run: Run, record_ids: list[str], limit: int | None, tally: Tally) -> None:
+    """Admit every unclaimed record, a page per transaction. An unpaced run keeps
+    `PAGES_AT_ONCE` pages in flight, so that one page's decisions (this process's CPU)
+    overlap another's writes (Postgres's); their key sets are disjoint, so the two
+    transactions never wait on each other's locks. A paced run admits one page at a
+    time: its room is read from the in-flight count, which a second page would race."""
+    window = _Window(1 if run.in_flight_cap is not None else PAGES_AT_ONCE)
     budget = limit
-    async for page in pages(run, record_ids, tally):
-        todo = await unclaimed(run.pool, run.target, page, tally)
-        if budget is not None:
-            todo, budget = todo[:budget], budget - len(todo[:budget])
-        while todo:
-            room = await room_in_flight(run, tally)
-            await admit_page(run, todo[:room], tally)
-            todo = todo[room:]
-        if budget == 0:
-            return
+    try:
+        async for page in pages(run, record_ids, tally):
+            todo = await unclaimed(run.pool, run.target, page, tally)
+            if budget is not None:
+                todo, budget = todo[:budget], budget - len(todo[:budget])
+            while todo:
+                room = await room_in_flight(run, tally)
+                await window.submit(admit_page(run, todo[:room], tally))
+                todo = todo[room:]
+            if budget == 0:
+                break
+        await window.drain()
+    finally:
+        await window.cancel()
 
 
 async def room_in_flight(run: Run, tally: Tally) -> int:

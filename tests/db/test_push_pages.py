@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from cli.push_progress import Tally
-from cli.push_run import Run, Target, admit_all, start_watching, watch
+from cli.push_run import PAGES_AT_ONCE, Run, Target, admit_all, start_watching, watch
 from db import push as push_q
 from services import push_admission
 from services.packs import apply_pack
@@ -100,6 +100,39 @@ async def test_each_record_is_admitted_once_and_no_round_trip_exceeds_the_page(
     assert await _attempts(db_pool) == (N, N)
 
 
+async def test_an_unpaced_run_admits_the_next_page_while_one_is_still_open(
+    db_pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One page's decisions run in this process while another's writes run in Postgres:
+    the first page's admission does not start until the second's has, and never more
+    than PAGES_AT_ONCE are open (one page at a time, the first would wait forever)."""
+    await _seed(db_pool)
+    real = push_admission.admit_set
+    second_started = asyncio.Event()
+    calls = open_now = most = 0
+
+    async def held_until_the_next_starts(pool: asyncpg.Pool, saves: Sequence[Any]) -> Any:
+        nonlocal calls, open_now, most
+        calls += 1
+        first = calls == 1
+        open_now += 1
+        most = max(most, open_now)
+        try:
+            if calls == 2:
+                second_started.set()
+            if first:
+                await asyncio.wait_for(second_started.wait(), timeout=30)
+            return await real(pool, saves)
+        finally:
+            open_now -= 1
+
+    monkeypatch.setattr(push_admission, "admit_set", held_until_the_next_starts)
+    tally = Tally()
+    await admit_all(_run(db_pool), [], None, tally)
+    assert most == PAGES_AT_ONCE == 2
+    assert tally.admitted == N and await _attempts(db_pool) == (N, N)
+
+
 async def test_a_run_that_crashes_mid_way_is_finished_by_the_next_admitting_only_the_rest(
     db_pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,13 +151,16 @@ async def test_a_run_that_crashes_mid_way_is_finished_by_the_next_admitting_only
     first = Tally()
     with pytest.raises(RuntimeError):
         await admit_all(_run(db_pool), [], None, first)
-    assert first.admitted == 2 * PAGE and await _attempts(db_pool) == (2 * PAGE, 2 * PAGE)
+    # Whole pages only: the first had committed before the third began (two at once); the
+    # second, still open beside the third, committed or rolled back whole.
+    admitted = first.admitted
+    assert admitted in (PAGE, 2 * PAGE) and await _attempts(db_pool) == (admitted, admitted)
 
     monkeypatch.setattr(push_admission, "admit_set", real)
     sizes = Sizes(monkeypatch)
     rest = Tally()
     await admit_all(_run(db_pool), [], None, rest)
-    assert (rest.admitted, rest.skipped_active) == (N - 2 * PAGE, 2 * PAGE)
+    assert (rest.admitted, rest.skipped_active) == (N - admitted, admitted)
     assert await _attempts(db_pool) == (N, N)  # every record once, none twice
     assert sizes.largest() == PAGE
 
