@@ -20,14 +20,18 @@ validate and apply take (db/links.py owner_scope_lock_key).
 from __future__ import annotations
 
 import hashlib
+import re
+from functools import cache
 from typing import Final, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
 from protocol.canonical import canonical_json
 from protocol.revalidation_manifest import (
+    _SHAPES,
     BODY_FINGERPRINT_ALGORITHM,
     MAPPING_FINGERPRINT_ALGORITHM,
+    MOVED_PAIRS,
     Approval,
     Hex64,
     ManifestHead,
@@ -97,6 +101,31 @@ def member_line(member: RevalidationMember) -> bytes:
     return ("{" + ",".join(members) + "}").encode()
 
 
+@cache
+def _canonical_member() -> re.Pattern[bytes]:
+    """The one spelling `member_line` gives a valid member, as a pattern over its bytes:
+    each field in order, its value null (where the model allows it) or its own shape in
+    quotes, with a named group per value. Built from the model's own field shapes, each
+    one of `_SHAPES`, none of which admits a character JSON escapes, so a line matches
+    exactly when the model parses it and `member_line` writes it back unchanged (a test
+    compares the two on edited lines)."""
+    schema = RevalidationMember.model_json_schema()
+    fields = []
+    for name in _MEMBER_FIELDS:
+        field = schema["properties"][name]
+        values = []
+        for choice in field.get("anyOf", [field]):
+            shape = choice.get("pattern")
+            if choice == {"type": "null"}:
+                values.append("null")
+            elif choice.get("type") == "string" and shape in _SHAPES:
+                values.append(f'"(?P<{name}>{shape.removeprefix("^").removesuffix("$")})"')
+            else:
+                raise TypeError(f"member field {name}: no canonical pattern for {choice}")
+        fields.append(re.escape(f'"{name}":') + f"(?:{'|'.join(values)})")
+    return re.compile((r"\{" + ",".join(fields) + r"\}").encode())
+
+
 def _canonical(value: _Strict) -> bytes:
     if isinstance(value, RevalidationMember):
         return member_line(value)
@@ -128,22 +157,25 @@ class _Lines:
         self._digest.update(line + b"\n")
 
     def _add_member(self, member: RevalidationMember, line: bytes) -> None:
-        if self._last_key is not None and member.link_key <= self._last_key:
-            same = member.link_key == self._last_key
+        self._add(member.link_key, member.changes_nothing, line)
+
+    def _add(self, link_key: str, changes_nothing: bool, line: bytes) -> None:
+        if self._last_key is not None and link_key <= self._last_key:
+            same = link_key == self._last_key
             reason = R.DUPLICATE_LINK_KEY if same else R.UNSORTED_MEMBERS
             raise ManifestRejected(
-                reason, f"{self._where(member)}: members must be strictly sorted by link_key"
+                reason, f"{self._where(link_key)}: members must be strictly sorted by link_key"
             )
-        if member.changes_nothing:
+        if changes_nothing:
             raise ManifestRejected(
-                R.NOOP_MEMBER, f"{self._where(member)}: old and new are identical"
+                R.NOOP_MEMBER, f"{self._where(link_key)}: old and new are identical"
             )
-        self._last_key = member.link_key
+        self._last_key = link_key
         self._digest.update(line + b"\n")
         self.count += 1
 
-    def _where(self, member: RevalidationMember) -> str:
-        return f"line {self.count + 2}: {member.link_key}"
+    def _where(self, link_key: str) -> str:
+        return f"line {self.count + 2}: {link_key}"
 
     def _hexdigest(self) -> str:
         return self._digest.hexdigest()
@@ -194,6 +226,21 @@ class ManifestLines(_Lines):
             member = _parse(RevalidationMember, line, self.count + 2)
         self._add_member(member, line)
         return member
+
+    def check(self, line: bytes) -> None:
+        """`member` without the model, for the pass that only checks (`validate` and `apply`
+        check the whole file before their transaction, then read it again): a line in the
+        canonical spelling (`_canonical_member`) is ordered and digested from its own
+        bytes; any other line is parsed as `member` parses it, to say why it is refused."""
+        match = _canonical_member().fullmatch(line)
+        if match is None:
+            _parse(RevalidationMember, line, self.count + 2)  # raises, naming the problem
+            raise ManifestRejected(  # unreachable while the pattern is exact; refused anyway
+                R.NON_CANONICAL_STRING, f"line {self.count + 2}: not canonical JSON"
+            )
+        values = match.groupdict()
+        unchanged = all(values[old] == values[new] for old, new in MOVED_PAIRS)
+        self._add(values["link_key"].decode(), unchanged, line)
 
     def finish(self, trailer_line: bytes | None) -> ManifestHead:
         """The checked head; None: the file ended without a trailer (cut short)."""

@@ -132,11 +132,16 @@ class RevalidationMember(_Strict):
 
     @property
     def changes_nothing(self) -> bool:
-        return (
-            self.old_mapping_fingerprint == self.new_mapping_fingerprint
-            and self.old_body_fingerprint == self.new_body_fingerprint
-            and self.old_pack_install_id == self.new_pack_install_id
-        )
+        values = vars(self)
+        return all(values[old] == values[new] for old, new in MOVED_PAIRS)
+
+
+# The (old, new) fields of a member: it changes nothing when each pair is equal.
+MOVED_PAIRS: Final = (
+    ("old_mapping_fingerprint", "new_mapping_fingerprint"),
+    ("old_body_fingerprint", "new_body_fingerprint"),
+    ("old_pack_install_id", "new_pack_install_id"),
+)
 
 
 class ManifestHead(_Strict):

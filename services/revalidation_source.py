@@ -1,9 +1,10 @@
 """Where validate/apply read a manifest's members from, a page at a time (issue 34).
 
 A JSON Lines file (protocol.revalidation_lines) is checked whole when opened (invariant
-1, before any transaction), keeping nothing but its head; each later pass over its pages
-re-reads the file and checks it again, so a file changed in between is refused inside
-the transaction (rolled back) rather than applied. A manifest already in memory (a JSON
+1, before any transaction), keeping nothing but its head and making no member models
+(each line is matched against the members' canonical spelling); each later pass over
+its pages re-reads the file, parses it and checks it again, so a file changed in between
+is refused inside the transaction (rolled back) rather than applied. A manifest already in memory (a JSON
 document, or one `revalidate owner` built) is paged from memory.
 """
 
@@ -54,32 +55,53 @@ def _lines(stream: BinaryIO) -> Iterator[bytes]:
         yield line.removesuffix(b"\n")
 
 
-def _check(
-    stream: BinaryIO, size: int, *, reread: bool = False
-) -> Iterator[Sequence[RevalidationMember] | ManifestHead]:
-    """Pages of checked members, then the checked head (ManifestRejected at a problem)."""
+class _Body:
+    """The lines after the header: the members, then the trailer (kept), nothing after."""
+
+    def __init__(self, lines: Iterator[bytes]) -> None:
+        self.lines = lines
+        self.trailer: bytes | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self.lines:
+            if self.trailer is not None:
+                raise ManifestRejected(
+                    ManifestRejectReason.INVALID_SHAPE, "lines after the trailer line"
+                )
+            if line.startswith(_TRAILER_START):
+                self.trailer = line
+            else:
+                yield line
+
+
+def _reader(stream: BinaryIO, *, reread: bool) -> tuple[ManifestLines, _Body]:
     lines = _lines(stream)
     header = next(lines, None)
     if header is None:
         raise ManifestRejected(ManifestRejectReason.INVALID_SHAPE, "the file is empty")
-    reader = ManifestLines(header, reread=reread)
+    return ManifestLines(header, reread=reread), _Body(lines)
+
+
+def _check_whole(stream: BinaryIO) -> ManifestHead:
+    """Invariant 1 over the whole file, member models not made (`ManifestLines.check`)."""
+    reader, body = _reader(stream, reread=False)
+    for line in body:
+        reader.check(line)
+    return reader.finish(body.trailer)
+
+
+def _reread(stream: BinaryIO, size: int) -> Iterator[Sequence[RevalidationMember] | ManifestHead]:
+    """Pages of members of a file checked whole before, then its head as read again."""
+    reader, body = _reader(stream, reread=True)
     page: list[RevalidationMember] = []
-    trailer: bytes | None = None
-    for line in lines:
-        if trailer is not None:
-            raise ManifestRejected(
-                ManifestRejectReason.INVALID_SHAPE, "lines after the trailer line"
-            )
-        if line.startswith(_TRAILER_START):
-            trailer = line
-            continue
+    for line in body:
         page.append(reader.member(line))
         if len(page) == size:
             yield page
             page = []
     if page:
         yield page
-    yield reader.finish(trailer)
+    yield reader.finish(body.trailer)
 
 
 class ManifestFile:
@@ -90,12 +112,9 @@ class ManifestFile:
         self._head = head
 
     @classmethod
-    def open(cls, path: Path, check_page: int = 5000) -> ManifestFile:
+    def open(cls, path: Path) -> ManifestFile:
         with path.open("rb") as stream:
-            for item in _check(stream, check_page):
-                if isinstance(item, ManifestHead):
-                    return cls(path, item)
-        raise AssertionError("_check ends with the head")  # pragma: no cover
+            return cls(path, _check_whole(stream))
 
     @property
     def head(self) -> ManifestHead:
@@ -104,7 +123,7 @@ class ManifestFile:
     def pages(self, size: int) -> Iterator[Sequence[RevalidationMember]]:
         with self.path.open("rb") as stream:
             # Checked whole by `open`: the digest at the end proves these are its bytes.
-            for item in _check(stream, size, reread=True):
+            for item in _reread(stream, size):
                 if isinstance(item, ManifestHead):
                     if (item.manifest_digest, item.member_count) != (
                         self._head.manifest_digest,
