@@ -4,8 +4,8 @@ A JSON Lines file (protocol.revalidation_lines) is checked whole when opened (in
 1, before any transaction), keeping nothing but its head and making no member models
 (each line is matched against the members' canonical spelling); each later pass over
 its pages re-reads the file, parses it and checks it again, so a file changed in between
-is refused inside the transaction (rolled back) rather than applied. A manifest already in memory (a JSON
-document, or one `revalidate owner` built) is paged from memory.
+is refused inside the transaction (rolled back) rather than applied. A manifest already
+in memory (a JSON document, or one `revalidate owner` built) is paged from memory.
 """
 
 from __future__ import annotations
