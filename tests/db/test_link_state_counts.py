@@ -9,6 +9,7 @@ import asyncio
 import random
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Final
 
 import asyncpg
@@ -16,6 +17,8 @@ import pytest
 
 from db import status as status_q
 from tests.db.rows import insert_link, insert_pack_install, set_status
+from tests.e2e.support import eventually
+from worker.link_counts import fold_counts
 
 TRUTH: Final = "SELECT status, count(*) FROM connector_remote_link GROUP BY status"
 DELTA_ROWS: Final = "SELECT count(*) FROM connector_link_state_count"
@@ -133,3 +136,18 @@ async def test_the_sums_equal_the_links_in_every_snapshot_while_writers_and_fold
     await asyncio.gather(*writers, *folds)
     assert await status_q.links_by_state(conn) == await _truth(conn)
     assert sum((await _truth(conn)).values()) == 1 + 4 * 40
+
+
+async def test_a_running_worker_folds_the_deltas_and_stops_with_it(
+    db_pool: asyncpg.Pool, conn: asyncpg.Connection
+) -> None:
+    pack = await insert_pack_install(conn)
+    keys = [await insert_link(conn, pack) for _ in range(3)]
+    await set_status(conn, "link", keys[0], "suspended_drift")
+    assert await conn.fetchval(DELTA_ROWS) == 5  # three inserts, a move's two deltas
+    stop = asyncio.Event()
+    folding = asyncio.create_task(fold_counts(db_pool, stop, every=timedelta(milliseconds=50)))
+    await eventually(lambda: conn.fetchval(DELTA_ROWS), lambda n: n == 2)
+    assert await status_q.links_by_state(conn) == {"finalized": 2, "suspended_drift": 1}
+    stop.set()
+    await asyncio.wait_for(folding, timeout=10)
