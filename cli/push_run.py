@@ -204,8 +204,10 @@ async def admit_all(run: Run, record_ids: list[str], limit: int | None, tally: T
     `PAGES_AT_ONCE` pages in flight, so that one page's decisions (this process's CPU)
     overlap another's writes (Postgres's); their key sets are disjoint, so the two
     transactions never wait on each other's locks. A paced run admits one page at a
-    time: its room is read from the in-flight count, which a second page would race."""
-    window = _Window(1 if run.in_flight_cap is not None else PAGES_AT_ONCE)
+    time, each committed before its room is read: the in-flight count it reads must
+    include every page the run admitted (a page still open would be counted as room)."""
+    paced = run.in_flight_cap is not None
+    window = _Window(PAGES_AT_ONCE)
     budget = limit
     try:
         async for page in pages(run, record_ids, tally):
@@ -213,6 +215,8 @@ async def admit_all(run: Run, record_ids: list[str], limit: int | None, tally: T
             if budget is not None:
                 todo, budget = todo[:budget], budget - len(todo[:budget])
             while todo:
+                if paced:
+                    await window.drain()
                 room = await room_in_flight(run, tally)
                 await window.submit(admit_page(run, todo[:room], tally))
                 todo = todo[room:]

@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from cli import push_run
 from cli.push_progress import Tally
 from cli.push_run import PAGES_AT_ONCE, Run, Target, admit_all, start_watching, watch
 from db import push as push_q
@@ -88,7 +89,9 @@ async def test_each_record_is_admitted_once_and_no_round_trip_exceeds_the_page(
     assert (tally.admitted, tally.wake_deferred) == (N, N)
     assert await _attempts(db_pool) == (N, N)
     assert sizes.returned["record_ids_after"] == [50, 50, 50, 50, 30, 0]
-    assert sizes.asked["admit_set"] == sizes.returned["admit_set"] == [50] * 4 + [30]
+    # Two pages at once: they may finish in either order.
+    admitted = sorted(sizes.asked["admit_set"])
+    assert admitted == sorted(sizes.returned["admit_set"]) == [30] + [50] * 4
     assert sizes.largest() == PAGE
     await watch(db_pool, TARGET, tally)
     assert tally.statuses == {"pending": N} and not tally.settled
@@ -165,14 +168,44 @@ async def test_a_run_that_crashes_mid_way_is_finished_by_the_next_admitting_only
     assert sizes.largest() == PAGE
 
 
+class OpenPages:
+    """Pages the run has handed to admission and not seen finish, as each room check
+    (`room_in_flight`) begins: a paced run must read its room with none open."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.open = 0
+        self.at_room_checks: list[int] = []
+        real_admit, real_room = push_run.admit_page, push_run.room_in_flight
+
+        def admit(*args: Any) -> Awaitable[None]:
+            self.open += 1  # counted when handed over, before the page has begun
+
+            async def page() -> None:
+                try:
+                    await real_admit(*args)
+                finally:
+                    self.open -= 1
+
+            return page()
+
+        async def room(*args: Any) -> int:
+            self.at_room_checks.append(self.open)
+            return await real_room(*args)
+
+        monkeypatch.setattr(push_run, "admit_page", admit)
+        monkeypatch.setattr(push_run, "room_in_flight", room)
+
+
 async def test_a_paced_run_keeps_at_most_its_cap_in_flight_and_admits_as_saves_settle(
-    db_pool: asyncpg.Pool,
+    db_pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """NF-8 (issue 33 item 2): a run whose budget declares a rate admits only what the
     budget can send soon. Nothing drains the budget here, so admission stops at the cap
     and says so (`paced_at`); as saves settle (or wait in the deferred lane) it admits
-    that many more, never a whole page at once."""
+    that many more, never a whole page at once. Each room is read with no page of the
+    run still open (an open page's saves would be counted as room)."""
     await _seed(db_pool)
+    pages_open = OpenPages(monkeypatch)
     tally = Tally()
     await start_watching(db_pool, tally)
     cap = 30
@@ -209,3 +242,4 @@ async def test_a_paced_run_keeps_at_most_its_cap_in_flight_and_admits_as_saves_s
     finally:
         admitting.cancel()
         await asyncio.gather(admitting, return_exceptions=True)
+    assert len(pages_open.at_room_checks) >= 3 and set(pages_open.at_room_checks) == {0}
