@@ -192,11 +192,15 @@ class _Window:
             await asyncio.wait(self.running, return_when=asyncio.FIRST_EXCEPTION)
             self._reap()
 
+    async def finish(self) -> None:
+        """Let whatever still runs end on its own (its own outcome, raised or not)."""
+        await asyncio.gather(*self.running, return_exceptions=True)
+        self.running.clear()
+
     async def cancel(self) -> None:
         for task in self.running:
             task.cancel()
-        await asyncio.gather(*self.running, return_exceptions=True)
-        self.running.clear()
+        await self.finish()
 
 
 async def admit_all(run: Run, record_ids: list[str], limit: int | None, tally: Tally) -> None:
@@ -223,8 +227,13 @@ async def admit_all(run: Run, record_ids: list[str], limit: int | None, tally: T
             if budget == 0:
                 break
         await window.drain()
+    except Exception:
+        # A failed page leaves the others to finish: cut short in its commit, a page could
+        # stand in Postgres and be missing from the run's counts.
+        await window.finish()
+        raise
     finally:
-        await window.cancel()
+        await window.cancel()  # cancelled (Ctrl-C): each open page commits whole or not at all
 
 
 async def room_in_flight(run: Run, tally: Tally) -> int:
