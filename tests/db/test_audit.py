@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -20,15 +19,6 @@ from services.packs import apply_pack
 from services.revalidation import apply, validate
 from tests.db.revalidation_support import Links, make_links, plan
 from tests.unit.factories import demo_document
-
-
-@pytest.fixture
-async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_dsn)
-    try:
-        yield connection
-    finally:
-        await connection.close()
 
 
 @pytest.fixture

@@ -3,10 +3,7 @@ PATCHes unless --all, and the park reason of a key that has no link yet."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
-import pytest
 
 from cli.link_views import PATCHES_SHOWN, find, key_view
 from db import link_search
@@ -19,15 +16,6 @@ from tests.db.rows import (
     new_link_key,
     set_status,
 )
-
-
-@pytest.fixture
-async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_dsn)
-    try:
-        yield connection
-    finally:
-        await connection.close()
 
 
 async def test_show_lists_the_newest_patches_unless_all(conn: asyncpg.Connection) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Final
 
@@ -22,15 +21,6 @@ from worker.link_counts import fold_counts
 
 TRUTH: Final = "SELECT status, count(*) FROM connector_remote_link GROUP BY status"
 DELTA_ROWS: Final = "SELECT count(*) FROM connector_link_state_count"
-
-
-@pytest.fixture
-async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_dsn)
-    try:
-        yield connection
-    finally:
-        await connection.close()
 
 
 async def _truth(conn: asyncpg.Connection) -> dict[str, int]:

@@ -10,7 +10,6 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +29,6 @@ from tests.db.rows import (
     new_link_key,
     set_status,
 )
-
-
-@pytest.fixture
-async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_dsn)
-    try:
-        yield connection
-    finally:
-        await connection.close()
 
 
 def _invoke(args: list[str]) -> Result:

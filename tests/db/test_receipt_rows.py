@@ -38,7 +38,6 @@ from protocol.revalidation_manifest import (
 )
 from services.revalidation import apply, validate
 from tests.db.revalidation_support import Links, hex64, make_links, plan
-from tests.db.revalidation_support import conn as conn  # the fixture
 from tests.db.rows import insert_link
 from tests.e2e.support import eventually
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,15 +41,6 @@ TABLES = (
     "connector_operator_audit",
     "connector_link_revalidation_receipt",
 )
-
-
-@pytest.fixture
-async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_dsn)
-    try:
-        yield connection
-    finally:
-        await connection.close()
 
 
 async def _counts(conn: asyncpg.Connection) -> dict[str, int]:

@@ -35,7 +35,6 @@ from tests.db.revalidation_support import (
     reasons,
     state,
 )
-from tests.db.revalidation_support import conn as conn  # the fixtures
 from tests.db.revalidation_support import links as links
 from tests.db.rows import (
     insert_link,

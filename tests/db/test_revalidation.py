@@ -32,7 +32,6 @@ from tests.db.revalidation_support import (
     reasons,
     state,
 )
-from tests.db.revalidation_support import conn as conn  # the fixtures
 from tests.db.revalidation_support import links as links
 
 # -- invariant 6: validate ---------------------------------------------------------------

@@ -3,8 +3,6 @@ one transaction, exactly as a one-page manifest does (SPEC §9 REV-2)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
 import pytest
 
@@ -24,15 +22,6 @@ PAGE = 2  # three links: a full page and a partial one
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(revalidation_activity, "PAGE", PAGE)
-
-
-@pytest.fixture
-async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_dsn)
-    try:
-        yield connection
-    finally:
-        await connection.close()
 
 
 async def test_every_page_is_locked_checked_and_written_in_link_key_order(

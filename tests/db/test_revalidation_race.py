@@ -36,7 +36,6 @@ from services import revalidation, revalidation_plan
 from services.admission import admit_locked, admit_save
 from services.record_loader import load_records, parse_records_document
 from services.revalidation_source import ManifestFile
-from tests.db.revalidation_support import conn as conn  # the fixture
 from tests.db.rows import insert_link, insert_pack_install
 from tests.e2e.support import eventually
 

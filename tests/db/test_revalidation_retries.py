@@ -14,7 +14,6 @@ from protocol.link_row import (
 from protocol.revalidation import RevalidationStatus
 from services.revalidation import apply, validate
 from tests.db.revalidation_support import C, Links, S, hex64, plan, reasons, state
-from tests.db.revalidation_support import conn as conn  # the fixtures
 from tests.db.revalidation_support import links as links
 
 # -- invariant 5: verify-only retries ------------------------------------------------------

@@ -25,7 +25,6 @@ from services import revalidation_plan
 from services.revalidation import apply, validate
 from services.revalidation_source import ManifestFile
 from tests.db.revalidation_support import APPROVAL, Links, S, attempt_at, hex64, plan, state
-from tests.db.revalidation_support import conn as conn  # the fixtures
 from tests.db.revalidation_support import links as links
 from tests.db.rows import insert_link
 from tests.db.scale_rows import fill

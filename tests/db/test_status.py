@@ -6,13 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 import httpx
-import pytest
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from typer.testing import CliRunner
 
@@ -29,15 +27,6 @@ from tests.db.rows import (
 )
 from tests.e2e.support import eventually
 from worker.status_gauges import StatusGauges, publish_status
-
-
-@pytest.fixture
-async def conn(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(db_dsn)
-    try:
-        yield connection
-    finally:
-        await connection.close()
 
 
 async def _world(conn: asyncpg.Connection) -> dict[str, Any]:
