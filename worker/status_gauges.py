@@ -9,7 +9,6 @@ set that disappears (a suspend reason no link has any more) is set back to 0.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -17,8 +16,10 @@ from typing import Final
 import asyncpg
 from temporalio.common import MetricGaugeFloat, MetricMeter
 
+from db.records import Conn
 from protocol.status import StatusSnapshot, gauges
 from services.status import read_status
+from worker import periodic
 
 STATUS_EVERY: Final = timedelta(seconds=15)
 log = logging.getLogger(__name__)
@@ -52,12 +53,9 @@ async def publish_status(
 ) -> None:
     """Until `stop`: read the snapshot and publish it; a failed read is logged and retried."""
     published = StatusGauges(meter)
-    while not stop.is_set():
-        try:
-            async with pool.acquire() as conn:
-                now = datetime.now(UTC)
-                published.publish(await read_status(conn, now), now)
-        except (OSError, asyncpg.PostgresError) as error:
-            log.warning("status gauges not refreshed: %s", type(error).__name__)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every.total_seconds())
+
+    async def publish(conn: Conn) -> None:
+        now = datetime.now(UTC)
+        published.publish(await read_status(conn, now), now)
+
+    await periodic.every(pool, stop, every, publish, log, "status gauges not refreshed")
