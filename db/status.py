@@ -95,6 +95,6 @@ async def oldest_parked(conn: Conn) -> tuple[str, str, datetime] | None:
 
 
 async def fold_link_state_counts(conn: Conn) -> None:
-    """Fold the per-state deltas into one row per state (migration 0160): the worker's
-    gauge loop calls this, so `links_by_state` reads a few rows per state."""
+    """Fold the per-state deltas into one row per state (migration 0160): every worker
+    calls this every 30 s (worker/link_counts.py), so `links_by_state` reads a few rows."""
     await conn.execute("SELECT connector_fold_link_state_counts()")

@@ -19,19 +19,12 @@ CREATE TABLE connector_link_state_count (
 -- later change by the triggers.
 LOCK TABLE connector_remote_link IN SHARE MODE;
 
+-- A set-wise INSERT (COPY included): one row per state it added.
 CREATE OR REPLACE FUNCTION connector_link_state_count_inserted() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO connector_link_state_count (status, n)
     SELECT status, count(*) FROM added GROUP BY status;
-    RETURN NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION connector_link_state_count_deleted() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO connector_link_state_count (status, n)
-    SELECT status, -count(*) FROM removed GROUP BY status;
     RETURN NULL;
 END $$;
 
@@ -45,14 +38,11 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- Links are never deleted or truncated (migration 0001 refuses both); the DELETE trigger
--- keeps the counts true should that ever change.
+-- Links are never deleted or truncated (migration 0001 refuses both), so an INSERT and a
+-- change of state are the only writes that move a count.
 CREATE TRIGGER connector_link_state_count_insert_tg AFTER INSERT ON connector_remote_link
     REFERENCING NEW TABLE AS added
     FOR EACH STATEMENT EXECUTE FUNCTION connector_link_state_count_inserted();
-CREATE TRIGGER connector_link_state_count_delete_tg AFTER DELETE ON connector_remote_link
-    REFERENCING OLD TABLE AS removed
-    FOR EACH STATEMENT EXECUTE FUNCTION connector_link_state_count_deleted();
 CREATE TRIGGER connector_link_state_count_update_tg AFTER UPDATE OF status
     ON connector_remote_link
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
