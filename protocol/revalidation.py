@@ -29,6 +29,7 @@ from protocol.link_row import (
 )
 from protocol.revalidation_manifest import ManifestHead, RevalidationManifest, RevalidationMember
 from protocol.states import LinkStatus
+from protocol.trusted import trusted
 
 
 class _Value(BaseModel):
@@ -73,7 +74,9 @@ def _receipt(
     before: LinkRowState,
     digests: RowDigests,
 ) -> RevalidationReceipt:
-    return RevalidationReceipt(
+    # Every value is a string (or the pointer's None) of a model made before: one receipt
+    # per member of a bulk run, so it is not validated again (protocol.trusted, issue 34).
+    return trusted(RevalidationReceipt, dict(
         operation_id=manifest.operation_id,
         link_key=member.link_key,
         manifest_digest=manifest.manifest_digest,
@@ -89,7 +92,7 @@ def _receipt(
         previous_operation_id=before.last_mapping_revalidation_operation_id,
         before_row_digest=digests.before,
         after_row_digest=digests.after,
-    )
+    ))  # fmt: skip
 
 
 class LockedMember(NamedTuple):

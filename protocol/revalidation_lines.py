@@ -126,6 +126,10 @@ def _canonical_member() -> re.Pattern[bytes]:
     return re.compile((r"\{" + ",".join(fields) + r"\}").encode())
 
 
+# The moved fields' groups in `_canonical_member`: the old ones, then the new.
+_MOVED_GROUPS: Final = tuple(old for old, _ in MOVED_PAIRS) + tuple(new for _, new in MOVED_PAIRS)
+
+
 def _canonical(value: _Strict) -> bytes:
     if isinstance(value, RevalidationMember):
         return member_line(value)
@@ -195,7 +199,8 @@ def _head(header: ManifestHeader, manifest_digest: str, count: int) -> ManifestH
 
 class ManifestLines(_Lines):
     """Invariant 1 over a JSON Lines manifest: feed the header line (constructor), then
-    each member line (`member`), then the trailer (`finish`), each without its newline.
+    each member line (`member`, or `check` for a pass that needs no models), then the
+    trailer (`finish`), each without its newline.
 
     `reread=True` is for a second pass over a file already checked whole: members are
     parsed and hashed but not re-serialised to prove them canonical, since `finish`
@@ -238,9 +243,9 @@ class ManifestLines(_Lines):
             raise ManifestRejected(  # unreachable while the pattern is exact; refused anyway
                 R.NON_CANONICAL_STRING, f"line {self.count + 2}: not canonical JSON"
             )
-        values = match.groupdict()
-        unchanged = all(values[old] == values[new] for old, new in MOVED_PAIRS)
-        self._add(values["link_key"].decode(), unchanged, line)
+        moved = match.group(*_MOVED_GROUPS)  # the old values, then the new
+        half = len(MOVED_PAIRS)
+        self._add(match["link_key"].decode(), moved[:half] == moved[half:], line)
 
     def finish(self, trailer_line: bytes | None) -> ManifestHead:
         """The checked head; None: the file ended without a trailer (cut short)."""

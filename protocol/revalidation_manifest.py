@@ -10,6 +10,7 @@ algorithms, and a `manifest_digest` equal to the digest recomputed here.
 
 from __future__ import annotations
 
+import operator
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -133,7 +134,8 @@ class RevalidationMember(_Strict):
     @property
     def changes_nothing(self) -> bool:
         values = vars(self)
-        return all(values[old] == values[new] for old, new in MOVED_PAIRS)
+        unchanged: bool = _olds(values) == _news(values)
+        return unchanged
 
 
 # The (old, new) fields of a member: it changes nothing when each pair is equal.
@@ -142,6 +144,9 @@ MOVED_PAIRS: Final = (
     ("old_body_fingerprint", "new_body_fingerprint"),
     ("old_pack_install_id", "new_pack_install_id"),
 )
+# The old fields and the new, as `operator.itemgetter`s (one C call each, per member).
+_olds: Final = operator.itemgetter(*(old for old, _ in MOVED_PAIRS))
+_news: Final = operator.itemgetter(*(new for _, new in MOVED_PAIRS))
 
 
 class ManifestHead(_Strict):

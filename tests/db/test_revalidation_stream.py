@@ -15,7 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from db import revalidation as revalidation_q
 from db.revalidation_owner import SELECT_FINALIZED_LINKS_PAGE
+from protocol.link_row import LinkRowState
 from protocol.revalidation import RevalidationResult
 from protocol.revalidation_lines import ManifestWriter, header_for
 from protocol.revalidation_manifest import ManifestRejected
@@ -196,3 +198,29 @@ async def test_links_of_another_owner_than_the_header_names_are_rejected(
             (key, "other_owner") for key in links.keys
         ]
     assert await state(conn) == before
+
+
+async def test_locked_rows_are_made_as_validation_would_make_them(
+    conn: asyncpg.Connection, links: Links
+) -> None:
+    """The page read's models are made without validating them again (protocol.trusted):
+    the columns it selects are the model's, typed as its fields, so each equals the model
+    `model_validate` makes of the same row, the snapshot parsed once and shared."""
+    snapshot = {"profile_name": "main", "retry": [1, 2.5], "note": "é"}
+    await conn.execute(
+        "UPDATE connector_remote_link SET profile_snapshot = $1::jsonb", json.dumps(snapshot)
+    )
+    rows = await revalidation_q.rows_for_update(conn, list(links.keys))
+    made = [locked.state for locked in revalidation_q.locked_rows(rows)]
+    assert [model.link_key for model in made] == sorted(links.keys)
+    for row, model in zip(rows, made, strict=True):
+        values = {key: value for key, value in dict(row).items() if key != "row_version"}
+        values["profile_snapshot"] = json.loads(values["profile_snapshot"])
+        validated = LinkRowState.model_validate(values)
+        assert (model, vars(model), model.model_fields_set) == (
+            validated,
+            vars(validated),
+            validated.model_fields_set,
+        )
+    assert made[0].profile_snapshot == snapshot
+    assert made[0].profile_snapshot is made[1].profile_snapshot

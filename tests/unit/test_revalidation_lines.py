@@ -55,7 +55,12 @@ def read(
             reader.check(line)
         return [], reader.finish(lines[-1])
     got = [reader.member(line) for line in lines[1:-1]]
-    return got, reader.finish(lines[-1])
+    head = reader.finish(lines[-1])
+    # The second reading (of a file checked whole) reads the same members and head.
+    again = ManifestLines(lines[0], reread=True)
+    assert [again.member(line) for line in lines[1:-1]] == got
+    assert again.finish(lines[-1]) == head
+    return got, head
 
 
 def refused(lines: list[bytes]) -> ManifestRejectReason:
