@@ -16,6 +16,7 @@ from typer.testing import CliRunner, Result
 
 from cli.main import app
 from cli.stack.temporal import TemporalDevServer
+from db.revalidation_scope import lock_link_key
 from services.record_loader import load_records, parse_records_document
 from tests.e2e.conftest import OWNER, Stack, contact_key
 from tests.e2e.support import eventually
@@ -166,6 +167,16 @@ async def _attempts(pool: asyncpg.Pool) -> int:
     return int(await pool.fetchval("SELECT count(*) FROM connector_push_attempt"))
 
 
+async def _lock_waits(pool: asyncpg.Pool) -> int:
+    """Advisory locks some session of this database waits for."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+    )
+
+
 @pytest.mark.slow(seconds=40)
 async def test_sigint_mid_run_leaves_every_admitted_save_standing(
     stack: Stack, temporal_server: TemporalDevServer, db_dsn: str
@@ -173,6 +184,13 @@ async def test_sigint_mid_run_leaves_every_admitted_save_standing(
     ids = await _bulk_contacts(stack.pool)
     stack.touched.update(contact_key(r) for r in [*ids, *CONTACTS])
     env = {**os.environ, **_env(stack, temporal_server, db_dsn)}
+    # The run is held mid-way: this test holds the link-key lock a page admission takes
+    # for one record halfway through, so Ctrl-C reaches the run while it still admits
+    # (a run left to itself can finish before a loaded host delivers the signal).
+    blocker = await asyncpg.connect(db_dsn)
+    held = blocker.transaction()
+    await held.start()
+    await lock_link_key(blocker, contact_key(ids[BULK // 2]))
     process = subprocess.Popen(
         [
             sys.executable,
@@ -187,11 +205,14 @@ async def test_sigint_mid_run_leaves_every_admitted_save_standing(
     )
     try:
         await eventually(lambda: _attempts(stack.pool), lambda n: n >= 10, timeout_s=60)
+        await eventually(lambda: _lock_waits(stack.pool), lambda n: n >= 1, timeout_s=60)
         process.send_signal(signal.SIGINT)
         stdout, stderr = await asyncio.to_thread(process.communicate, timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
+        await held.rollback()
+        await blocker.close()
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     summary = json.loads(stdout)
