@@ -9,6 +9,7 @@ exports) is ignored, so `make test` never runs against a developer's stack; set
 """
 
 import os
+import signal
 
 from hypothesis import settings
 
@@ -29,6 +30,17 @@ if os.environ.get(USE_ENV) != "1":
 # terminal's size and fold piped tables to 80 columns, as no piped process does.
 for name in ("COLUMNS", "LINES"):
     os.environ.pop(name, None)
+
+# A suite started in the background by a non-interactive shell (`make test &`, a job
+# runner's script) inherits SIGINT ignored: POSIX has an asynchronous list ignore SIGINT,
+# and exec keeps an ignored signal ignored. Every command a test then starts (a
+# `python -m cli` child, or tests/cli_zygote.py's forks) would ignore it too, and the
+# Ctrl-C tests (test_push, test_bench_scale) would signal a process that cannot hear:
+# seen as push runs that never ended. The commands here run as an operator's terminal
+# starts them, with Python's own SIGINT handling (a handler, reset to the default for
+# each exec'd child, which then installs its own).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = [
     "tests.fixtures.postgres",

@@ -211,6 +211,7 @@ async def test_sigint_mid_run_leaves_every_admitted_save_standing(
     finally:
         if process.poll() is None:
             process.kill()
+            await asyncio.to_thread(process.communicate)  # reaped: nothing left to a later test
         await held.rollback()
         await blocker.close()
     assert process.returncode == 130, stderr
