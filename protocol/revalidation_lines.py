@@ -31,7 +31,8 @@ from protocol.revalidation_manifest import (
     _SHAPES,
     BODY_FINGERPRINT_ALGORITHM,
     MAPPING_FINGERPRINT_ALGORITHM,
-    MOVED_PAIRS,
+    MOVED_NEW,
+    MOVED_OLD,
     Approval,
     Hex64,
     ManifestHead,
@@ -124,10 +125,6 @@ def _canonical_member() -> re.Pattern[bytes]:
                 raise TypeError(f"member field {name}: no canonical pattern for {choice}")
         fields.append(re.escape(f'"{name}":') + f"(?:{'|'.join(values)})")
     return re.compile((r"\{" + ",".join(fields) + r"\}").encode())
-
-
-# The moved fields' groups in `_canonical_member`: the old ones, then the new.
-_MOVED_GROUPS: Final = tuple(old for old, _ in MOVED_PAIRS) + tuple(new for _, new in MOVED_PAIRS)
 
 
 def _canonical(value: _Strict) -> bytes:
@@ -243,9 +240,8 @@ class ManifestLines(_Lines):
             raise ManifestRejected(  # unreachable while the pattern is exact; refused anyway
                 R.NON_CANONICAL_STRING, f"line {self.count + 2}: not canonical JSON"
             )
-        moved = match.group(*_MOVED_GROUPS)  # the old values, then the new
-        half = len(MOVED_PAIRS)
-        self._add(match["link_key"].decode(), moved[:half] == moved[half:], line)
+        unchanged = match.group(*MOVED_OLD) == match.group(*MOVED_NEW)  # groups by field
+        self._add(match["link_key"].decode(), unchanged, line)
 
     def finish(self, trailer_line: bytes | None) -> ManifestHead:
         """The checked head; None: the file ended without a trailer (cut short)."""

@@ -138,15 +138,12 @@ class RevalidationMember(_Strict):
         return unchanged
 
 
-# The (old, new) fields of a member: it changes nothing when each pair is equal.
-MOVED_PAIRS: Final = (
-    ("old_mapping_fingerprint", "new_mapping_fingerprint"),
-    ("old_body_fingerprint", "new_body_fingerprint"),
-    ("old_pack_install_id", "new_pack_install_id"),
-)
-# The old fields and the new, as `operator.itemgetter`s (one C call each, per member).
-_olds: Final = operator.itemgetter(*(old for old, _ in MOVED_PAIRS))
-_news: Final = operator.itemgetter(*(new for _, new in MOVED_PAIRS))
+# The fields a member moves, old and new in the same order: it changes nothing when each
+# old value equals its new one (compared with one `itemgetter` call a side, per member).
+MOVED_OLD: Final = ("old_mapping_fingerprint", "old_body_fingerprint", "old_pack_install_id")
+MOVED_NEW: Final = ("new_mapping_fingerprint", "new_body_fingerprint", "new_pack_install_id")
+_olds: Final = operator.itemgetter(*MOVED_OLD)
+_news: Final = operator.itemgetter(*MOVED_NEW)
 
 
 class ManifestHead(_Strict):

@@ -1,14 +1,13 @@
 """Models made from values already proven to be theirs, without validating them again.
 
-A bulk revalidation makes several models per member — the link row read back, the
-member parsed from its line, the receipt written — and at a million members
-pydantic's validation of each was a tenth of the run's CPU (issue 34, P4). Where the
-values cannot be other than the model's — columns selected with the model's types, a
-line the model's own canonical pattern matched, strings copied from other models —
-`trusted` makes the instance directly. It is what `model_validate` returns for such
-values, and a unit test holds each caller's model to that (tests/unit/test_trusted.py);
-anything read from outside that has not been matched or typed so still goes through
-`model_validate`.
+A bulk revalidation makes models per member — the link row read back, the receipt
+written — and at a million members pydantic's validation of those was a tenth of the
+run's CPU (issue 34, P4). Where the values cannot be other than the model's — columns
+selected with the model's types (db/revalidation.link_states_of), strings copied from
+other models (protocol/revalidation._receipt) — `trusted` makes the instance directly.
+It is what `model_validate` returns for such values, and the tests hold each caller's
+model to that (tests/unit/test_trusted.py, tests/db/test_revalidation_stream.py);
+anything read from outside (a manifest line, a request) still goes through pydantic.
 
 Why not `model_construct`: it is pydantic's own unvalidated path, but it walks every
 field's default in Python and costs twice what validation does (20 µs against 10 µs

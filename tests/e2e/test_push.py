@@ -16,7 +16,7 @@ from typer.testing import CliRunner, Result
 
 from cli.main import app
 from cli.stack.temporal import TemporalDevServer
-from db.revalidation_scope import lock_link_key
+from db.links import lock_link_key
 from services.record_loader import load_records, parse_records_document
 from tests.e2e.conftest import OWNER, Stack, contact_key
 from tests.e2e.support import eventually
