@@ -147,6 +147,8 @@ async def _settle(
 
 
 async def run_campaign(cfg: ChaosConfig) -> Outcome:
+    if cfg.workdir is not None:  # CHAOS_WORKDIR names where to work, made if missing
+        cfg.workdir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="cp-chaos-", dir=cfg.workdir))
     tally = FaultTally()
     async with chaos_stack(root, cfg.workers) as stack:
