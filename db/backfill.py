@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from asyncpg import Record
 
+from db import row_sets
 from db.records import Conn
 from protocol.backfill_facts import AttemptFact, LegacyRecord, LinkFact, Locator
 from protocol.states import AttemptStatus, LinkStatus
@@ -91,14 +92,6 @@ ORDER BY 1, 2, 3
 SELECT_INSTALL_MANIFESTS: Final = """
 SELECT pack_install_id::text AS pack_install_id, manifest::text AS manifest
 FROM pack_install WHERE pack_install_id = ANY($1::uuid[])
-"""
-
-
-# Adopted links of one page in one statement (the set-wise form of db.links.insert_link):
-# only the named columns are set, the others take their defaults.
-INSERT_LINKS: Final = """
-INSERT INTO connector_remote_link ({columns})
-SELECT {columns} FROM jsonb_populate_recordset(NULL::connector_remote_link, $1::jsonb)
 """
 
 
@@ -203,12 +196,10 @@ async def contested_candidates(
 
 
 async def insert_links(conn: Conn, rows: Sequence[dict[str, Any]]) -> None:
-    """`db.links.insert_link` for every row (all with the same columns), one statement;
-    the ID-4 index rejects the whole statement if any remote locator is owned."""
-    if not rows:
-        return
-    columns = ", ".join(rows[0])
-    await conn.execute(INSERT_LINKS.format(columns=columns), json.dumps(rows, default=str))
+    """`db.links.insert_link` for every row (all with the same columns), one statement
+    (`db.row_sets`); the ID-4 index rejects the whole statement if any remote locator is
+    owned."""
+    await row_sets.insert_rows(conn, "connector_remote_link", rows)
 
 
 async def install_manifests(conn: Conn, pack_install_ids: Sequence[str]) -> dict[str, object]:

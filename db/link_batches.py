@@ -6,10 +6,10 @@ connection the caller owns, in the caller's transaction.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from db import revalidation_scope as scope_q
+from db import row_sets
 from db.links import Row
 from db.records import Conn
 
@@ -71,17 +71,10 @@ async def lineage_rows_many(conn: Conn, loci: list[tuple[str, str, str, str]]) -
 
 
 async def insert_attempts(conn: Conn, rows: list[dict[str, Any]]) -> None:
-    """`insert_attempt` for many `pending` attempts in one statement; every row names the
-    same columns (attempt_id included). The ID-5 index still rejects a second occupant."""
-    columns = list(rows[0])
-    assert all(c.isidentifier() for c in columns), "columns come from code"
-    assert all(list(r) == columns for r in rows)
-    listed = ", ".join(columns)
-    await conn.execute(
-        f"INSERT INTO connector_push_attempt ({listed}) SELECT {listed} "
-        "FROM jsonb_populate_recordset(NULL::connector_push_attempt, $1::jsonb)",
-        json.dumps(rows, separators=(",", ":")),
-    )
+    """`insert_attempt` for many `pending` attempts in one statement (`db.row_sets`); every
+    row names the same columns (attempt_id included). The ID-5 index still rejects a
+    second occupant."""
+    await row_sets.insert_rows(conn, "connector_push_attempt", rows)
 
 
 async def record_rows_many(conn: Conn, records: list[tuple[str, str, str]]) -> list[Row]:
