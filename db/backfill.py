@@ -57,12 +57,20 @@ SELECT {_LINK_FACT} FROM connector_remote_link
 WHERE link_key = ANY($1::text[]) ORDER BY link_key COLLATE "C"
 """
 
+# One probe of the locator index (ID-4's, unique) per locator. `OFFSET 0` keeps the
+# subquery from being flattened into a join the planner may cost from statistics taken
+# when the table was small (a backfill usually starts on an empty one): a hash join over
+# every link of the owner, on every page, for the rest of the run
+# (tests/db/test_backfill_plans.py).
 SELECT_LOCATOR_OWNERS: Final = f"""
-SELECT {_LINK_FACT} FROM connector_remote_link AS l
-JOIN unnest($2::text[], $3::text[], $4::text[]) AS c (destination_slot_id, remote_scope, remote_id)
-  USING (destination_slot_id, remote_scope, remote_id)
-WHERE l.connector_owner_key = $1 AND l.status <> 'retired'
-ORDER BY link_key COLLATE "C"
+SELECT l.* FROM unnest($2::text[], $3::text[], $4::text[]) AS c (destination, scope, remote_id)
+CROSS JOIN LATERAL (
+  SELECT {_LINK_FACT} FROM connector_remote_link
+  WHERE connector_owner_key = $1 AND destination_slot_id = c.destination
+    AND remote_scope = c.scope AND remote_id = c.remote_id AND status <> 'retired'
+  OFFSET 0
+) AS l
+ORDER BY l.link_key COLLATE "C"
 """
 
 SELECT_ATTEMPTS: Final = """
