@@ -24,6 +24,7 @@ from bench.rate_bench import run_rate_bench
 from bench.rate_p10 import run_p10_bench
 from bench.revalidation_bench import run_revalidation_bench
 from bench.saves_bench import run_saves_bench
+from worker.gc_policy import apply_gc_policy
 
 
 def _env(name: str, default: int) -> int:
@@ -90,6 +91,9 @@ def selected(only: str | None) -> list[str]:
 
 
 async def main(parts: list[str]) -> None:
+    # The worker process's policy (worker.main.run_worker applies it once imports are
+    # done): the bench runs the product's worker, and the floor's, in this process.
+    apply_gc_policy()
     for name in parts:
         await PARTS[name]()
 

@@ -36,6 +36,9 @@ def _root(
     """Durable CRM-to-remote connector push runtime (see README.md)."""
     if debug:
         enable_debug()
+    from worker.gc_policy import apply_gc_policy  # stdlib only: the CLI still starts light
+
+    apply_gc_policy()  # bulk commands allocate per page; the collector's default costs ~20%
 
 
 def _with_codes(epilog: str | None) -> str:

@@ -13,6 +13,7 @@ from temporalio.runtime import Runtime
 
 from db.pool import CONNECT_ERRORS, create_pool
 from worker.client import connect_temporal, sdk_runtime
+from worker.gc_policy import apply_gc_policy
 from worker.link_counts import fold_counts
 from worker.observability import configure_logging, configure_tracing
 from worker.runtime import (
@@ -73,6 +74,7 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     remote side effect (schedules, rate limits): a misconfigured worker changes nothing.
     """
     check_configuration(settings)
+    apply_gc_policy()  # everything the worker runs is imported by now
     configure_logging(settings)
     configure_tracing(settings, "connector-push-worker")
     stop = stop or _stop_on_signals()

@@ -59,3 +59,26 @@ def test_the_command_tree_loads_without_the_layers_behind_it() -> None:
     assert {"links", "push", "dev", "revalidate", "worker", "audit"} <= set(found["commands"])
     loaded = sorted(m for m in found["modules"] if m.split(".")[0] in HEAVY)
     assert loaded == [], f"imported at CLI start: {loaded[:20]}"
+
+
+GC_PROBE = """
+import gc, json, sys
+from cli.main import app
+app(["link-key", "--owner-key", "o", "--action-slot", "a", "--source-object", "Contact",
+     "--record-id", "r", "--destination-slot", "d"], standalone_mode=False)
+print(json.dumps({"threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_every_command_runs_under_the_gc_policy() -> None:
+    """worker.gc_policy: a command runs with the young generation's raised threshold and
+    what was imported before it frozen (push --all spent ~20% of its CPU collecting)."""
+    from worker.gc_policy import YOUNG_THRESHOLD
+
+    probe = subprocess.run(
+        [sys.executable, "-c", GC_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert probe.returncode == 0, probe.stderr
+    found = json.loads(probe.stdout.splitlines()[-1])
+    assert found["threshold"][0] == YOUNG_THRESHOLD
+    assert found["frozen"] > 10_000
