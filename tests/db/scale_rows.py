@@ -13,7 +13,8 @@ reach step by step.
 from __future__ import annotations
 
 import uuid
-from typing import Final
+from collections.abc import Iterator
+from typing import Any, Final
 
 import asyncpg
 
@@ -32,6 +33,13 @@ DIGEST: Final = "'sha256:' || encode(sha256(convert_to('digest-' || g, 'UTF8')),
 ATTEMPT_KEY: Final = _KEY.format("'attempt-'")
 # The `g`th row of `n` ($1) was written 30 s per row before the last: in time order.
 AGE: Final = "now() - make_interval(secs => ($1 - g) * 30)"
+
+# The install every row names (its manifest is not read by the statements planned here).
+INSTALL: Final = """
+INSERT INTO pack_install (pack_install_id, connector_owner_key, connector_namespace, manifest,
+    manifest_digest)
+VALUES ($1, 'owner-1', 'acme', '{}', 'sha256:0')
+"""
 
 LINKS: Final = f"""
 INSERT INTO connector_remote_link (
@@ -100,12 +108,7 @@ async def fill(conn: asyncpg.Connection, n: int) -> None:
         # The test cluster commits asynchronously; VACUUM can mark a page all-visible (what
         # an index-only scan needs) only once the rows' commit is flushed, as it is here.
         await conn.execute("SET LOCAL synchronous_commit = on")
-        await conn.execute(
-            "INSERT INTO pack_install (pack_install_id, connector_owner_key,"
-            " connector_namespace, manifest, manifest_digest)"
-            " VALUES ($1, 'owner-1', 'acme', '{}', 'sha256:0')",
-            install,
-        )
+        await conn.execute(INSTALL, install)
         await conn.execute(LINKS, n, install)
         # The triggers that count links by state are off too: count them as migration 0160
         # counts the links present when it runs.
@@ -119,3 +122,10 @@ async def fill(conn: asyncpg.Connection, n: int) -> None:
         await conn.execute(RECEIPTS, n)
     for table in BIG_TABLES:
         await conn.execute(f"VACUUM ANALYZE {table}")
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan, depth first."""
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)

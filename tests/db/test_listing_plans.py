@@ -9,7 +9,7 @@ touched. Each statement is the one the command runs, with the parameters it bind
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -19,7 +19,7 @@ import pytest
 from db import audit, link_search, pages
 from db import status as status_q
 from services.status import read_status
-from tests.db.scale_rows import BIG_TABLES, fill, link_key_sql
+from tests.db.scale_rows import BIG_TABLES, fill, link_key_sql, plan_nodes
 from tests.fixtures.postgres import PgServer
 
 N: Final = 10_000
@@ -37,16 +37,10 @@ async def big(pg_server: PgServer, pg_template_db: str) -> AsyncIterator[asyncpg
         await pg_server.drop_database(name)
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
-
-
 async def _full_scans(conn: asyncpg.Connection, sql: str, *args: object) -> list[str]:
     """The big tables `sql` would read whole (a Seq Scan), as the planner chose."""
     [plan] = json.loads(await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args))
-    nodes = list(_nodes(plan["Plan"]))
+    nodes = list(plan_nodes(plan["Plan"]))
     assert nodes and all("Node Type" in n for n in nodes)
     return [
         n["Relation Name"]
@@ -80,7 +74,7 @@ async def test_status_reads_no_big_table_whole(
 async def test_links_by_state_reads_the_counts_not_the_links(big: asyncpg.Connection) -> None:
     # Migration 0160: the per-state deltas, whatever the links' visibility map says.
     [plan] = json.loads(await big.fetchval(f"EXPLAIN (FORMAT JSON) {status_q.LINKS_BY_STATE}"))
-    relations = {n.get("Relation Name") for n in _nodes(plan["Plan"])} - {None}
+    relations = {n.get("Relation Name") for n in plan_nodes(plan["Plan"])} - {None}
     assert relations == {"connector_link_state_count"}
 
 
