@@ -31,9 +31,7 @@ PAGE: Final = 500
 
 @pytest.fixture(scope="module")
 async def grown(pg_server: PgServer, pg_template_db: str) -> AsyncIterator[asyncpg.Connection]:
-    name = await pg_server.create_database("cp_grown", template=pg_template_db)
-    conn = await asyncpg.connect(pg_server.dsn(name))
-    try:
+    async with pg_server.private_connection("cp_grown", pg_template_db) as conn:
         # Analyzed empty, as a fresh install leaves it, and not again while it grows.
         await conn.execute("ALTER TABLE connector_remote_link SET (autovacuum_enabled = false)")
         await conn.execute("ANALYZE connector_remote_link")
@@ -43,9 +41,6 @@ async def grown(pg_server: PgServer, pg_template_db: str) -> AsyncIterator[async
             await conn.execute(INSTALL, install)
             await conn.execute(LINKS, ROWS, install)
         yield conn
-    finally:
-        await conn.close()
-        await pg_server.drop_database(name)
 
 
 def _link_rows_read(plan: dict[str, Any]) -> int:

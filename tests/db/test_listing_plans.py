@@ -27,14 +27,9 @@ N: Final = 10_000
 
 @pytest.fixture(scope="module")
 async def big(pg_server: PgServer, pg_template_db: str) -> AsyncIterator[asyncpg.Connection]:
-    name = await pg_server.create_database("cp_big", template=pg_template_db)
-    conn = await asyncpg.connect(pg_server.dsn(name))
-    try:
+    async with pg_server.private_connection("cp_big", pg_template_db) as conn:
         await fill(conn, N)
         yield conn
-    finally:
-        await conn.close()
-        await pg_server.drop_database(name)
 
 
 async def _full_scans(conn: asyncpg.Connection, sql: str, *args: object) -> list[str]:
