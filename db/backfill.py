@@ -2,8 +2,8 @@
 
 One statement per function, mapped to `protocol.backfill` facts; the caller
 owns the transaction and takes the link-key locks (db/links.lock_link_key) in
-link-key order before reading facts it will act on. Nothing here writes: the
-adopted link goes through db/links.insert_link, so the ID-4 index decides.
+link-key order before reading facts it will act on. The one write is
+`insert_links`, the set-wise form of db/links.insert_link: the ID-4 index decides.
 """
 
 from __future__ import annotations

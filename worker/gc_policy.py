@@ -11,7 +11,9 @@ in 73 full passes.
 
 So, once the process has imported what it runs:
 - `gc.freeze()`: every object alive now (modules, classes, the pydantic schemas) is
-  moved out of the collector's reach, never scanned again; none of it is garbage.
+  moved out of the collector's reach, never scanned again. No collection runs first: at
+  CLI start it costs ~12 ms and finds ~5 stray objects, which stay for the process's
+  life instead.
 - a young generation of `YOUNG_THRESHOLD` net allocations: the collector still runs
   (cycles are still freed, and memory stays bounded by what that many allocations
   hold), but a page's short-lived objects are freed by reference counting first.
