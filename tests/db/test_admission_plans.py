@@ -18,10 +18,11 @@ from typing import Final
 import asyncpg
 import pytest
 
-from protocol.admission import CreateReserved, SaveRequest
+from protocol.admission import CreateReserved
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 from services.save_entry import admit_one
+from tests.db.batch_admission_support import contact
 from tests.db.scale_rows import BIG_TABLES, fill, plan_nodes
 from tests.e2e.conftest import demo_manifest
 from tests.fixtures.postgres import PgServer
@@ -48,17 +49,6 @@ RECORDS: Final = {
 }
 
 
-def _save(i: int) -> SaveRequest:
-    return SaveRequest(
-        connector_owner_key="demo-owner",
-        action_slot_id="push-contact",
-        destination_slot_id="remote-contacts",
-        source_object="Contact",
-        source_record_id=f"p-{i}",
-        originating_user_id="alice",
-    )
-
-
 @pytest.fixture(scope="module")
 async def admitted(pg_server: PgServer, pg_template_db: str) -> AsyncIterator[list[asyncpg.Record]]:
     """The prepared statements of the one connection that admitted SAVES saves, one by
@@ -75,7 +65,7 @@ async def admitted(pg_server: PgServer, pg_template_db: str) -> AsyncIterator[li
         pool = await asyncpg.create_pool(pg_server.dsn(name), min_size=1, max_size=1)
         try:
             for i in range(1, SAVES + 1):
-                assert isinstance(await admit_one(pool, _save(i)), CreateReserved)
+                assert isinstance(await admit_one(pool, contact(f"p-{i}")), CreateReserved)
             async with pool.acquire() as conn:
                 yield await conn.fetch(
                     "SELECT statement, cardinality(parameter_types) AS params, generic_plans,"
