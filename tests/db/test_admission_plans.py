@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Final
 
 import asyncpg
@@ -49,8 +50,14 @@ RECORDS: Final = {
 }
 
 
+@dataclass(frozen=True)
+class Admitted:
+    statements: list[asyncpg.Record]  # the admitting connection's, with their plan counts
+    dsn: str  # the database they ran on
+
+
 @pytest.fixture(scope="module")
-async def admitted(pg_server: PgServer, pg_template_db: str) -> AsyncIterator[list[asyncpg.Record]]:
+async def admitted(pg_server: PgServer, pg_template_db: str) -> AsyncIterator[Admitted]:
     """The prepared statements of the one connection that admitted SAVES saves, one by
     one, on a database with N rows in each big table (and the demo pack, and RECORDS)."""
     name = await pg_server.create_database("cp_admit_plans", template=pg_template_db)
@@ -67,36 +74,34 @@ async def admitted(pg_server: PgServer, pg_template_db: str) -> AsyncIterator[li
             for i in range(1, SAVES + 1):
                 assert isinstance(await admit_one(pool, contact(f"p-{i}")), CreateReserved)
             async with pool.acquire() as conn:
-                yield await conn.fetch(
+                statements = await conn.fetch(
                     "SELECT statement, cardinality(parameter_types) AS params, generic_plans,"
                     " custom_plans FROM pg_prepared_statements"
                     " WHERE NOT from_sql ORDER BY statement"
                 )
+            yield Admitted(statements, pg_server.dsn(name))
         finally:
             await pool.close()
     finally:
         await pg_server.drop_database(name)
 
 
-async def test_a_single_save_admission_is_never_custom_planned(
-    admitted: list[asyncpg.Record],
-) -> None:
-    assert len(admitted) >= 8  # every statement of the admission, prepared on this connection
-    custom = {" ".join(r["statement"].split())[:80]: r["custom_plans"] for r in admitted}
+async def test_a_single_save_admission_is_never_custom_planned(admitted: Admitted) -> None:
+    statements = admitted.statements
+    assert len(statements) >= 8  # every statement of the admission, prepared on this connection
+    custom = {" ".join(r["statement"].split())[:80]: r["custom_plans"] for r in statements}
     assert {s: n for s, n in custom.items() if n} == {}
     # The statements that read the save's own rows ran once per save, generic each time
-    # (the pack's are read once per process and cached).
-    assert sum(r["generic_plans"] == SAVES for r in admitted) >= 5
+    # (the pack's lineage is read once and cached).
+    assert sum(r["generic_plans"] == SAVES for r in statements) >= 5
 
 
-async def test_the_generic_plans_read_no_big_table_whole(
-    admitted: list[asyncpg.Record], pg_server: PgServer, pg_template_db: str
-) -> None:
-    async with pg_server.private_connection("cp_admit_explain", pg_template_db) as conn:
-        await fill(conn, N)
+async def test_the_generic_plans_read_no_big_table_whole(admitted: Admitted) -> None:
+    conn = await asyncpg.connect(admitted.dsn)
+    try:
         full: dict[str, list[str]] = {}
         probed: set[str] = set()
-        for row in admitted:
+        for row in admitted.statements:
             # The generic plan, as the admission's prepared statement keeps it.
             nulls = ", ".join(["NULL"] * row["params"])
             async with conn.transaction():
@@ -116,6 +121,8 @@ async def test_the_generic_plans_read_no_big_table_whole(
             ]
             if scans:
                 full[" ".join(row["statement"].split())[:80]] = scans
-        assert full == {}
-        # Not vacuous: the admission's reads of the link and attempt tables are among them.
-        assert {"connector_remote_link", "connector_push_attempt"} <= probed
+    finally:
+        await conn.close()
+    assert full == {}
+    # Not vacuous: the admission's reads of the link and attempt tables are among them.
+    assert {"connector_remote_link", "connector_push_attempt"} <= probed
