@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 import asyncpg
 
@@ -41,14 +41,6 @@ from protocol.identity import InvalidIdentityPart, link_key
 from protocol.states import AttemptStatus, LinkStatus
 from services.admission_facts import AdmissionFacts, SaveToAdmit, load_facts
 from services.rows import attempt_values
-
-# One save's admission reads by key with one-element arrays (the statements are the
-# set-wise ones a batch uses). Under the default plan_cache_mode Postgres finds the generic
-# plan of such a statement dearer than a custom plan for one element and plans it again
-# on every call: measured with pg_stat_statements, five statements re-planned per save,
-# 0.7 ms of Postgres's CPU per create (issue 32). Their generic plans are the same index
-# probes (tests/db/test_admission_plans.py). Batches (`push`) keep the default.
-GENERIC_PLANS: Final = "SET LOCAL plan_cache_mode = force_generic_plan"
 
 
 def key_or_rejection(save: SaveRequest) -> str | Rejected:
@@ -78,7 +70,7 @@ async def admit_save(
     if isinstance(key, Rejected):
         return key
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(GENERIC_PLANS)
+        await batch_q.keep_generic_plans(conn)  # one save, the batch statements' plans
         await q.lock_link_key(conn, key)
         return await admit_locked(conn, key, save, idempotency_key, locator_value, now)
 

@@ -4,7 +4,7 @@ plans it keeps are index probes at size.
 Admission reads by key with the set-wise statements a batch uses, bound to one-element
 arrays. Left to the default plan_cache_mode, Postgres found each generic plan dearer than
 a custom plan for one element and planned five of them again on every save (0.7 ms of
-its CPU per create, pg_stat_statements). `services.admission.GENERIC_PLANS` keeps the
+its CPU per create, pg_stat_statements). `db.link_batches.keep_generic_plans` keeps the
 generic plan; this shows no statement of a single-save admission is custom-planned, and
 that every generic plan it runs reads no big table whole with 10,000 rows in each.
 """
