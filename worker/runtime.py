@@ -13,7 +13,7 @@ import asyncpg
 import httpx
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.hooks import DispatchHooks
@@ -33,9 +33,13 @@ log = logging.getLogger(__name__)
 # non-deterministic imported), and the sandbox would otherwise re-import them for every
 # new workflow instance: profiled, the re-imports were a third of the worker's time per
 # create (issue 16). Modules holding workflow code (workflows.link, link_operator) stay
-# sandboxed although re-importing them is the largest CPU cost of a new run (~10 ms
-# profiled, issue 32 item 5): the sandbox is what fails a workflow task that reaches for
-# the clock, randomness or I/O, and what keeps one run's module state from the next's.
+# sandboxed although the sandbox is the largest single CPU cost of a create: every create
+# is a new run, whose module runs again and whose every call is checked (`make bench
+# ONLY=SANDBOX`, issue 32 item 5: 5-8 ms of this process per create, ~4 for the floor
+# workflow). The sandbox is what fails a workflow task that reaches for the clock,
+# randomness or I/O, and what keeps one run's module state from the next's: a guard at
+# run time on every path, where the replay tests cover only the paths they recorded
+# (tests/workflows/test_worker_sandbox.py keeps it on).
 PASSTHROUGH_MODULES = (
     "protocol",
     "activities",
@@ -92,15 +96,24 @@ def build_worker(
     hooks: DispatchHooks | None = None,
     graceful_shutdown: timedelta = WORKER_GRACEFUL_SHUTDOWN,
     max_cached_workflows: int = MAX_CACHED_WORKFLOWS,
+    sandboxed: bool = True,
 ) -> Worker:
-    """The worker; `graceful_shutdown` is shortened only by tests that simulate a crash."""
+    """The worker; `graceful_shutdown` is shortened only by tests that simulate a crash.
+
+    `sandboxed=False` exists to measure what the sandbox costs (`make bench ONLY=SANDBOX`);
+    the product's worker always runs its workflows sandboxed (see PASSTHROUGH_MODULES)."""
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    runner: WorkflowRunner = (
+        SandboxedWorkflowRunner(restrictions=restrictions)
+        if sandboxed
+        else UnsandboxedWorkflowRunner()
+    )
     return Worker(
         _operator_facing(client),
         task_queue=task_queue,
         workflows=list(workflows if workflows is not None else registry.workflow_classes()),
         activities=list(registry.activity_callables(pool, http, hooks)),
-        workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
+        workflow_runner=runner,
         graceful_shutdown_timeout=graceful_shutdown,
         max_concurrent_activities=200,
         max_cached_workflows=max_cached_workflows,
