@@ -4,7 +4,9 @@ parts named, each merging its figures into bench/results/latest.json.
 Parts: P1 (with P1_io, P2, P8 and the growth round: `p1_bench`), P3 (`ingress_bench`),
 P4 (`revalidation_bench`), P5 (`parked_bench`), P6 (`rate_bench`: at 20, 100 and 190
 requests per 10 s), P7 (`saves_bench`), P10 (`rate_p10`: BENCH_P10_N, 20000).
-P1_IO, P2, P8 and `growth` name the P1 part. Sizes: BENCH_N (300), BENCH_GROWTH_N (3000;
+P1_IO, P2, P8 and `growth` name the P1 part. Run only when named: SANDBOX (`sandbox_cost`:
+what the workflow sandbox costs a create and the floor_io workflow; BENCH_SANDBOX_N, 200;
+BENCH_SANDBOX_PAIRS, 4). Sizes: BENCH_N (300), BENCH_GROWTH_N (3000;
 0 skips the growth round), BENCH_PAIRS (3 interleaved floor/floor_io/product pairs per
 size), BENCH_WARMUP_N (100), BENCH_P4_N (100000), BENCH_P5_N (10000). A quick P1, as a
 check that it runs (its figures mean little): BENCH_N=30 BENCH_GROWTH_N=0 with ONLY=P1.
@@ -23,6 +25,8 @@ from bench.parked_bench import run_parked_bench
 from bench.rate_bench import run_rate_bench
 from bench.rate_p10 import run_p10_bench
 from bench.revalidation_bench import run_revalidation_bench
+from bench.sandbox_cost import PREFIX as SANDBOX_PREFIX
+from bench.sandbox_cost import run_sandbox_bench
 from bench.saves_bench import run_saves_bench
 from worker.gc_policy import apply_gc_policy
 
@@ -65,6 +69,15 @@ async def _fair() -> None:
     await run_p10_bench(_env("BENCH_P10_N", 20_000))  # P10 (issue 33): tenants fair
 
 
+async def _sandbox() -> None:
+    figures = await run_sandbox_bench(
+        _env("BENCH_SANDBOX_N", 200),
+        _env("BENCH_SANDBOX_PAIRS", 4),
+        _env("BENCH_WARMUP_N", WARMUP_N),
+    )
+    record(figures, replaces=(SANDBOX_PREFIX,))
+
+
 # In the order `make bench` runs them.
 PARTS: dict[str, Callable[[], Awaitable[None]]] = {
     "P1": _creates,
@@ -76,6 +89,8 @@ PARTS: dict[str, Callable[[], Awaitable[None]]] = {
     "P5": _parked,
 }
 ALIASES = {"P1_IO": "P1", "P2": "P1", "P8": "P1", "GROWTH": "P1"}
+# Parts that run only when named: they measure a design choice, not a target.
+NAMED_ONLY: dict[str, Callable[[], Awaitable[None]]] = {"SANDBOX": _sandbox}
 
 
 def selected(only: str | None) -> list[str]:
@@ -83,11 +98,11 @@ def selected(only: str | None) -> list[str]:
     if not only:
         return list(PARTS)
     names = {ALIASES.get(n.strip().upper(), n.strip().upper()) for n in only.split(",")}
-    unknown = sorted(names - PARTS.keys())
+    unknown = sorted(names - PARTS.keys() - NAMED_ONLY.keys())
     if unknown:
-        known = ", ".join([*PARTS, *ALIASES])
+        known = ", ".join([*PARTS, *ALIASES, *NAMED_ONLY])
         raise SystemExit(f"bench: unknown part(s) {', '.join(unknown)}; known: {known}")
-    return [name for name in PARTS if name in names]
+    return [name for name in [*PARTS, *NAMED_ONLY] if name in names]
 
 
 async def main(parts: list[str]) -> None:
@@ -95,7 +110,7 @@ async def main(parts: list[str]) -> None:
     # done): the bench runs the product's worker, and the floor's, in this process.
     apply_gc_policy()
     for name in parts:
-        await PARTS[name]()
+        await (PARTS | NAMED_ONLY)[name]()
 
 
 if __name__ == "__main__":

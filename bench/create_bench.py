@@ -89,10 +89,16 @@ class Round:
 
 
 async def create_round(
-    client: Client, stack: BenchStack, first: int, n: int, count: bool = True
+    client: Client,
+    stack: BenchStack,
+    first: int,
+    n: int,
+    count: bool = True,
+    sandboxed: bool = True,
 ) -> Round:
     """Creates per second through the CRM entry until every attempt is finalized,
-    and (`count`) Postgres transactions per create over the same window."""
+    and (`count`) Postgres transactions per create over the same window. `sandboxed=False`
+    runs the product's workflows outside the sandbox (bench/sandbox_cost.py only)."""
     stats = await asyncpg.connect(stack.admin_dsn)
     # Every connection is opened before the window: P2 counts the transactions a create
     # costs, not a connection's set-up (a backend's start runs a transaction of its own),
@@ -105,7 +111,7 @@ async def create_round(
             try:
                 async with (
                     remote_http_client() as http,
-                    build_worker(client, pool, http, QUEUE),
+                    build_worker(client, pool, http, QUEUE, sandboxed=sandboxed),
                     pool.acquire() as watcher,
                 ):
                     before = await settled(stats, hold_s=IDLE_FLUSH_S) if count else 0

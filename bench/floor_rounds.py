@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import asyncpg
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.cpu import cpu_seconds, ms_per_unit
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
@@ -60,11 +61,21 @@ async def floor_runs(client: Client, ids: Sequence[str], activity: str = "floor_
     return time.monotonic() - started
 
 
-def floor_worker(client: Client, io: FloorIO | None = None) -> Worker:
+def floor_worker(client: Client, io: FloorIO | None = None, sandboxed: bool = True) -> Worker:
+    """The floor's worker: the SDK's defaults (its sandbox included) unless `sandboxed` is
+    False (bench/sandbox_cost.py measures the sandbox)."""
     activities: list[Callable[..., object]] = [floor_noop]
     if io is not None:
         activities.append(io.floor_io)
-    return Worker(client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow], activities=activities)
+    # SandboxedWorkflowRunner() with no arguments is the SDK's default runner.
+    runner: WorkflowRunner = SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
+    return Worker(
+        client,
+        task_queue=FLOOR_QUEUE,
+        workflows=[FloorWorkflow],
+        activities=activities,
+        workflow_runner=runner,
+    )
 
 
 async def floor_rate(client: Client, processes: Mapping[str, int], n: int, prefix: str) -> Rate:
@@ -77,7 +88,12 @@ async def floor_rate(client: Client, processes: Mapping[str, int], n: int, prefi
 
 
 async def floor_io_rate(
-    stack: BenchStack, template: RowTemplate, n: int, prefix: str, count: bool
+    stack: BenchStack,
+    template: RowTemplate,
+    n: int,
+    prefix: str,
+    count: bool,
+    sandboxed: bool = True,
 ) -> Rate:
     """floor_io workflows per second, and (`count`) the Postgres transactions each cost,
     counted like P2: over a window whose connections were all open before it began."""
@@ -88,7 +104,7 @@ async def floor_io_rate(
         try:
             async with remote_http_client() as http:
                 io = FloorIO(pool, http, stack.sandbox_url, template)
-                async with floor_worker(stack.client, io):
+                async with floor_worker(stack.client, io, sandboxed):
                     before = await settled(stats, hold_s=IDLE_FLUSH_S) if count else 0
                     cpu_before = cpu_seconds(stack.processes)
                     seconds = await floor_runs(stack.client, ids, ACTIVITY)
