@@ -70,9 +70,9 @@ async def settled_result(handle: WorkflowHandle[Any, Any]) -> object:
     """The workflow's result, asking again every RESULT_ASK_AGAIN_S.
 
     `handle.result()` long-polls the history, and the dev server sometimes misses the
-    wake-up: measured, one floor_io workflow in ~4,000 (the same one in two runs)
-    returned 20 s late, the server's long-poll expiry, although its history closed
-    1.1 s after its start. That one workflow made its round of 200 read 8.7/s instead of
+    wake-up: measured, one floor_io workflow in a few thousand (in the same round of
+    two runs) returned 20 s late, the server's long-poll expiry, although its history
+    closed 1.1 s after its start. That one workflow made its round of 200 read 8.7/s instead of
     ~45, and a floor round read that slow inflates its pair's P1. The product's round
     watches Postgres, so only the floor was exposed. Asking again bounds a missed
     wake-up to RESULT_ASK_AGAIN_S."""
