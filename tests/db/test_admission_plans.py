@@ -19,6 +19,7 @@ from typing import Final
 import asyncpg
 import pytest
 
+from db.link_batches import keep_generic_plans
 from protocol.admission import CreateReserved
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
@@ -105,7 +106,7 @@ async def test_the_generic_plans_read_no_big_table_whole(admitted: Admitted) -> 
             # The generic plan, as the admission's prepared statement keeps it.
             nulls = ", ".join(["NULL"] * row["params"])
             async with conn.transaction():
-                await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                await keep_generic_plans(conn)  # the plan the admission keeps
                 await conn.execute(f"PREPARE admission AS {row['statement']}")
                 explained = await conn.fetchval(
                     f"EXPLAIN (FORMAT JSON) EXECUTE admission{f'({nulls})' if nulls else ''}"
