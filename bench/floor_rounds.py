@@ -12,8 +12,7 @@ from typing import Any
 import asyncpg
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker import Worker
 
 from bench.cpu import cpu_seconds, ms_per_unit
 from bench.floor import FloorInput, FloorWorkflow, floor_noop
@@ -22,7 +21,7 @@ from bench.p1_series import Rate
 from bench.stack import BenchStack
 from bench.xacts import IDLE_FLUSH_S, settled
 from db.pool import create_pool
-from worker.runtime import remote_http_client
+from worker.runtime import remote_http_client, workflow_runner
 
 CONCURRENCY = 50  # saves (or floor starts) in flight at once, like a busy CRM
 POOL_SIZE = 40  # the product round's pool, for the CRM entry and its worker
@@ -89,14 +88,12 @@ def floor_worker(client: Client, io: FloorIO | None = None, sandboxed: bool = Tr
     activities: list[Callable[..., object]] = [floor_noop]
     if io is not None:
         activities.append(io.floor_io)
-    # SandboxedWorkflowRunner() with no arguments is the SDK's default runner.
-    runner: WorkflowRunner = SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
     return Worker(
         client,
         task_queue=FLOOR_QUEUE,
         workflows=[FloorWorkflow],
         activities=activities,
-        workflow_runner=runner,
+        workflow_runner=workflow_runner(sandboxed),  # the SDK's default runner when True
     )
 
 

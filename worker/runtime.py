@@ -87,6 +87,16 @@ async def ensure_rate_limits(client: Client, pool: asyncpg.Pool, task_queue: str
     log.info("remote rate limits on %s: %d limited budget(s) now", task_queue, len(rates))
 
 
+def workflow_runner(
+    sandboxed: bool, restrictions: SandboxRestrictions = SandboxRestrictions.default
+) -> WorkflowRunner:
+    """Temporal's sandbox with `restrictions` (the SDK's own by default), or no sandbox at
+    all: the one place the bench's `sandboxed=False` is turned into a runner."""
+    if sandboxed:
+        return SandboxedWorkflowRunner(restrictions=restrictions)
+    return UnsandboxedWorkflowRunner()
+
+
 def build_worker(
     client: Client,
     pool: asyncpg.Pool,
@@ -103,17 +113,12 @@ def build_worker(
     `sandboxed=False` exists to measure what the sandbox costs (`make bench ONLY=SANDBOX`);
     the product's worker always runs its workflows sandboxed (see PASSTHROUGH_MODULES)."""
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
-    runner: WorkflowRunner = (
-        SandboxedWorkflowRunner(restrictions=restrictions)
-        if sandboxed
-        else UnsandboxedWorkflowRunner()
-    )
     return Worker(
         _operator_facing(client),
         task_queue=task_queue,
         workflows=list(workflows if workflows is not None else registry.workflow_classes()),
         activities=list(registry.activity_callables(pool, http, hooks)),
-        workflow_runner=runner,
+        workflow_runner=workflow_runner(sandboxed, restrictions),
         graceful_shutdown_timeout=graceful_shutdown,
         max_concurrent_activities=200,
         max_cached_workflows=max_cached_workflows,
