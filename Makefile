@@ -5,16 +5,32 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test check lint fmt pytest bench bench-scale chaos clean-dev venv bytecode
+.PHONY: dev test check lint fmt pytest bench bench-scale chaos clean-dev venv bytecode lock
 
-# (Re)install when the venv is missing or pyproject.toml is newer than the last install.
-$(STAMP): pyproject.toml
+# Every package the venv holds, the installer, the build backend and the dev tools among
+# them, is pinned with its hashes in requirements.lock, written by `make lock` from the
+# ranges in pyproject.toml. (Re)install when the venv is missing or either file is newer
+# than the last install: first the lock (pip refuses any file whose hash it does not
+# list), then the project itself, editable, with nothing more and no build environment
+# of its own (its setuptools is the locked one).
+LOCK := requirements.lock
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# Refresh requirements.lock after an edit of pyproject.toml's dependencies: uv resolves
+# for CPython 3.11 on x86_64 Linux (glibc 2.28 or newer), whatever machine runs it, and
+# keeps every pin that still fits its range. LOCK_ARGS='--upgrade-package NAME' moves one
+# package (and what it needs) to its newest release in range, LOCK_ARGS=--upgrade all
+# of them (docs/testing-and-benchmarks.md, "Upgrading a dependency").
+LOCK_FOR := --python-version 3.11 --python-platform x86_64-manylinux_2_28
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --extra dev $(LOCK_FOR) --generate-hashes \
+	  --custom-compile-command 'make lock ($(LOCK_FOR))' --quiet --output-file $(LOCK) $(LOCK_ARGS)
 
 # Bytecode for our own packages, as a non-editable `pip install` would write. The workflow
 # sandbox re-imports each workflow module for every new workflow instance; with no
