@@ -44,12 +44,13 @@ def validate_manifest_file(path: Path) -> PackManifest:
 
 def validate_manifest_document(path: Path, document: object) -> PackManifest:
     """Validate a manifest read from `path`; invalid input exits non-zero naming the field."""
-    from protocol.manifest import ManifestInvalid, parse_manifest
+    from protocol.installable import parse_installable
+    from protocol.manifest import ManifestInvalid
 
     if not isinstance(document, Mapping):
         bad_input(f"{path}: a pack manifest is a mapping of manifest fields")
     try:
-        return parse_manifest(document)
+        return parse_installable(document)
     except ManifestInvalid as exc:
         bad_input(f"{path}: {exc}")
 

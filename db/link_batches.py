@@ -6,7 +6,7 @@ connection the caller owns, in the caller's transaction.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from db import revalidation_scope as scope_q
 from db import row_sets
@@ -29,6 +29,27 @@ async def lock_link_keys(conn: Conn, link_keys: list[str]) -> None:
     """`lock_link_key` for every key, in one statement and in link-key order (the global
     order every multi-key transaction locks in, so two of them cannot deadlock)."""
     await scope_q.lock_link_keys(conn, link_keys)  # owner scopes (shared) first
+
+
+# G-2: the advisory lock of a record's identity (owner key, source object, record id),
+# in the two-key form, whose lock space is apart from the link keys' one-key form. Every
+# admission takes its records' locks before it reads what the prior-ownership gate weighs,
+# so two saves of one record under two slots (two link keys, two link-key locks) decide
+# one after the other: the second reads the first's reservation. Taken in the order of
+# the lock values themselves, after every link-key lock, and by nothing else: two batches
+# cannot deadlock, and a hash collision only serializes two records that need not be.
+RECORD_LOCK_CLASS: Final = 0x47320002
+LOCK_RECORDS: Final = f"""
+SELECT pg_advisory_xact_lock({RECORD_LOCK_CLASS}, h)
+FROM (SELECT DISTINCT hashtext(o || chr(31) || s || chr(31) || r) AS h
+      FROM unnest($1::text[], $2::text[], $3::text[]) AS t(o, s, r)) AS records
+ORDER BY h
+"""
+
+
+async def lock_records(conn: Conn, records: list[tuple[str, str, str]]) -> None:
+    """Lock each (owner key, source object, record id) for this transaction (G-2)."""
+    await conn.execute(LOCK_RECORDS, *([record[i] for record in records] for i in range(3)))
 
 
 async def links_by_keys(conn: Conn, link_keys: list[str]) -> dict[str, Row]:

@@ -70,18 +70,6 @@ async def attempt_statuses(conn: Conn, link_key: str) -> list[Row]:
     )
 
 
-async def insert_attempt(conn: Conn, values: dict[str, Any]) -> str:
-    """Reserve a `pending` attempt (GATE-2); the ID-5 index rejects a second occupant."""
-    columns = list(values)
-    placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
-    attempt_id = await conn.fetchval(
-        f"INSERT INTO connector_push_attempt ({', '.join(columns)}) "
-        f"VALUES ({placeholders}) RETURNING attempt_id",
-        *[_param(values[c]) for c in columns],
-    )
-    return str(attempt_id)
-
-
 async def move_attempt(
     conn: Conn,
     attempt_id: str,

@@ -11,7 +11,7 @@ from protocol.active import ActiveMetadata
 from protocol.authority import PermissionFacts
 from protocol.drift import Finding
 from protocol.errors import RejectReason
-from protocol.manifest import LineageKind, PackManifest
+from protocol.manifest import LineageKind, PackManifest, RemoteDestination
 from protocol.request import PatchRequest
 from protocol.snapshots import (
     ActionConfigSnapshot,
@@ -81,10 +81,13 @@ class RecordOwnershipRow(Snapshot):
 
 class PackSlots(Snapshot):
     """The slot ids one owner's active pack still knows (SPEC C-6): its action slots, the
-    action slots a declared rebind moved into one of them, and its destination slots."""
+    action slots a declared rebind moved into one of them, and its destination slots,
+    with where each destination slot creates and the slot pairs declared separate (G-2)."""
 
     action_slot_ids: frozenset[str]
     destination_slot_ids: frozenset[str]
+    remote_destinations: tuple[tuple[str, RemoteDestination], ...] = ()
+    separate: frozenset[frozenset[str]] = frozenset()
 
     @classmethod
     def of(cls, manifest: PackManifest) -> PackSlots:
@@ -92,6 +95,10 @@ class PackSlots(Snapshot):
         return cls(
             action_slot_ids=frozenset({s.id for s in manifest.action_slots} | rebound),
             destination_slot_ids=frozenset(d.id for d in manifest.destination_slots),
+            remote_destinations=tuple(
+                (d.id, (d.remote_scope, d.target_object)) for d in manifest.destination_slots
+            ),
+            separate=manifest.separate_pairs(),
         )
 
     def knows(self, row: RecordOwnershipRow) -> bool:
@@ -99,6 +106,12 @@ class PackSlots(Snapshot):
             row.action_slot_id in self.action_slot_ids
             and row.destination_slot_id in self.destination_slot_ids
         )
+
+    def remote_destination(self, destination_slot_id: str) -> RemoteDestination | None:
+        return dict(self.remote_destinations).get(destination_slot_id)
+
+    def declared_separate(self, action_slot_id: str, other_action_slot_id: str) -> bool:
+        return frozenset((action_slot_id, other_action_slot_id)) in self.separate
 
 
 class AssociationTarget(Snapshot):

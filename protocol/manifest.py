@@ -39,6 +39,10 @@ from protocol.pack_fields import (
 )
 from protocol.storable import MEANINGS, location_text, unstorable_at
 
+# Where a destination slot creates: (remote scope, target object). Two destination slots
+# with the same pair address one remote destination (SPEC G-2).
+RemoteDestination = tuple[str, str]
+
 
 class PackModel(BaseModel):
     """Manifest models: camelCase keys, unknown keys rejected, immutable."""
@@ -258,6 +262,22 @@ class LineageEntry(PackModel):
         return self
 
 
+class SeparateOwnership(PackModel):
+    """Two action slots of one source object that create at one remote destination, each
+    owning its own remote object for a record (SPEC G-2: declared deliberately separate,
+    e.g. a billing and a shipping contact of one account). Without it `pack apply`
+    refuses such a pair: two creators of one record at one destination is two objects."""
+
+    action_slots: tuple[StableId, StableId]
+    reason: NonEmpty
+
+    @_model_validator(mode="after")
+    def _two_slots(self) -> SeparateOwnership:
+        if self.action_slots[0] == self.action_slots[1]:
+            raise ValueError("actionSlots: name two different action slots")
+        return self
+
+
 class PackManifest(PackModel):
     connector_owner_key: StableId
     namespace: NonEmpty
@@ -265,6 +285,7 @@ class PackManifest(PackModel):
     destination_slots: tuple[DestinationSlot, ...] = Field(min_length=1)
     profiles: tuple[Profile, ...] = Field(min_length=1)
     lineage: tuple[LineageEntry, ...] = ()
+    separate_ownership: tuple[SeparateOwnership, ...] = ()
 
     @_model_validator(mode="after")
     def _references_resolve(self) -> PackManifest:
@@ -281,6 +302,15 @@ class PackManifest(PackModel):
 
     def profile(self, name: str) -> Profile | None:
         return next((p for p in self.profiles if p.name == name), None)
+
+    def remote_destination(self, destination_slot_id: str) -> RemoteDestination | None:
+        """Where a destination slot creates: its remote scope and target object (G-2)."""
+        dest = self.destination_slot(destination_slot_id)
+        return None if dest is None else (dest.remote_scope, dest.target_object)
+
+    def separate_pairs(self) -> frozenset[frozenset[str]]:
+        """The action-slot pairs declared deliberately separate owners (G-2)."""
+        return frozenset(frozenset(entry.action_slots) for entry in self.separate_ownership)
 
 
 def _duplicates(field: str, ids: list[str]) -> Iterator[str]:
@@ -314,6 +344,13 @@ def _manifest_problems(m: PackManifest) -> Iterator[str]:
         if dest.profile not in profiles:
             yield f"destinationSlots[{i}].profile: {dest.profile!r} is not a declared profile"
     yield from _lineage_problems(m, slots)
+    for i, entry in enumerate(m.separate_ownership):
+        for j, slot_id in enumerate(entry.action_slots):
+            if slot_id not in slots:
+                yield (
+                    f"separateOwnership[{i}].actionSlots[{j}]: {slot_id!r} "
+                    "is not a declared action slot"
+                )
 
 
 def _lineage_problems(m: PackManifest, slots: set[str]) -> Iterator[str]:

@@ -6,8 +6,10 @@ object at this destination. Two kinds of evidence count, both for the same owner
 and the same source record:
 
 1. a link that is not retired, or an attempt that is not released,
-   - under another action slot at this destination slot, unless that slot is a
-     declared lineage predecessor of this one (those rows are ID-6's: `LineageRow`);
+   - under another action slot at this remote destination (G-2: the same remote scope
+     and target object, whichever destination slot names it), unless that slot is a
+     declared lineage predecessor of this one (those rows are ID-6's: `LineageRow`) or
+     the pack declares the two action slots deliberately separate (`separateOwnership`);
    - or under this action slot at another destination slot. An action slot names one
      destination, so such a row is from before its destination was recreated with a
      new `DestinationSlotId` (seed drift rows "connector profile … recreated with new
@@ -69,26 +71,41 @@ def _live(row: RecordOwnershipRow) -> bool:
 
 
 def _other_slot_rows(ctx: AdmissionContext, lineage: frozenset[str]) -> list[str]:
-    """Live rows under another action slot here, under this action slot elsewhere, or
-    under a slot the active pack no longer has (C-6)."""
-    save = ctx.save
+    """Live rows under another slot pair at this remote destination, under this action
+    slot elsewhere, or under a slot the active pack no longer has (C-6)."""
     return [
         _describe(row)
         for row in ctx.record_rows
         if _live(row)
         and (
-            (
-                row.destination_slot_id == save.destination_slot_id
-                and row.action_slot_id != save.action_slot_id
-                and row.action_slot_id not in lineage
-            )
+            _same_remote_destination(ctx, row, lineage)
             or (
-                row.action_slot_id == save.action_slot_id
-                and row.destination_slot_id != save.destination_slot_id
+                row.action_slot_id == ctx.save.action_slot_id
+                and row.destination_slot_id != ctx.save.destination_slot_id
             )
             or _orphaned(ctx, row, lineage)
         )
     ]
+
+
+def _same_remote_destination(
+    ctx: AdmissionContext, row: RecordOwnershipRow, lineage: frozenset[str]
+) -> bool:
+    """G-2: a row under another action slot that creates at the same remote destination
+    (remote scope and target object), whichever destination slot names it, unless it is
+    a lineage predecessor (ID-6, weighed by its own rule) or the pack declares the two
+    action slots deliberately separate owners."""
+    save = ctx.save
+    if row.action_slot_id == save.action_slot_id or row.action_slot_id in lineage:
+        return False
+    if ctx.pack_slots is None:  # no pack read: the slot ids are all there is to compare
+        return row.destination_slot_id == save.destination_slot_id
+    if ctx.pack_slots.declared_separate(save.action_slot_id, row.action_slot_id):
+        return False
+    if row.destination_slot_id == save.destination_slot_id:
+        return True
+    here = ctx.pack_slots.remote_destination(save.destination_slot_id)
+    return here is not None and here == ctx.pack_slots.remote_destination(row.destination_slot_id)
 
 
 def _orphaned(ctx: AdmissionContext, row: RecordOwnershipRow, lineage: frozenset[str]) -> bool:

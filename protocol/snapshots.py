@@ -86,7 +86,10 @@ def body_fingerprint(slot: ActionSlot) -> str:
 
 
 def manifest_digest(manifest: PackManifest) -> str:
-    return model_digest(manifest)
+    # `separateOwnership` (G-2) came after installs were first digested: left empty it is
+    # left out, so a runtime upgrade alone does not make the active manifest "changed".
+    later = set() if manifest.separate_ownership else {"separate_ownership"}
+    return model_digest(manifest, exclude=later)
 
 
 # -- snapshot models -----------------------------------------------------------

@@ -191,8 +191,14 @@ class AdmissionFacts:
 
 async def load_facts(conn: Conn, items: list[SaveToAdmit]) -> AdmissionFacts:
     """Read everything the batch's gates need, one statement per fact (and per owner key
-    for its active install), inside the caller's transaction and link-key locks."""
+    for its active install), inside the caller's transaction and link-key locks.
+
+    First it locks the saves' records (G-2): every admission reads through here, so no
+    path decides a create while another save of the same record under another slot is
+    deciding one; the later reads the earlier's committed reservation."""
     saves = [item.save for item in items]
+    record_ids = sorted({_record_id(s) for s in saves})
+    await batch_q.lock_records(conn, record_ids)
     keys = sorted({item.key for item in items})
     store = PostgresRecordStore(conn)
     packs = {
@@ -221,7 +227,7 @@ async def load_facts(conn: Conn, items: list[SaveToAdmit]) -> AdmissionFacts:
     for item in items:
         if item.key in facts.links or item.key in facts.attempts:
             facts.loci[_locus(item.save)].add(item.key)
-    rows = await batch_q.record_rows_many(conn, sorted({_record_id(s) for s in saves}))
+    rows = await batch_q.record_rows_many(conn, record_ids)
     for row in rows:
         facts.owned[_record_id_of(row)].append(_ownership(row))
     await _load_lineage(conn, facts, saves, set(keys), rows)

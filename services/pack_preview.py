@@ -13,6 +13,7 @@ from db import packs as q
 from db.records import Conn
 from protocol.active import ActiveMetadata, resolve_active
 from protocol.drift import Disposition, DriftSurface, Finding, classify, fails_closed
+from protocol.installable import check_installable
 from protocol.manifest import PackManifest, parse_manifest
 from protocol.snapshots import manifest_digest
 from services.packs import EXAMPLES, create_path_changes, pack_of_install, previous_manifest
@@ -97,7 +98,9 @@ async def preview_apply(
     owner's finalized links and active attempts (the classifier's own verdicts against the
     would-be install), and which action slots' creates it would block. Reads only, page by
     page; writes nothing."""
-    manifest = document if isinstance(document, PackManifest) else parse_manifest(document)
+    manifest = check_installable(
+        document if isinstance(document, PackManifest) else parse_manifest(document)
+    )
     digest = manifest_digest(manifest)
     owner = manifest.connector_owner_key
     current = await q.select_active_install(conn, owner)

@@ -19,6 +19,7 @@ from db.records import Conn
 from protocol.audit import AuditCommand, AuditEntry
 from protocol.drift import INSTALL_REASONS, DriftSurface
 from protocol.errors import drift_reason
+from protocol.installable import check_installable
 from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
 from protocol.snapshots import manifest_digest
 
@@ -144,7 +145,9 @@ async def apply_pack(
     With an `operator`, an install is also appended to the audit trail (OPS-2) in
     the same transaction; the CLI always passes one.
     """
-    manifest = document if isinstance(document, PackManifest) else parse_manifest(document)
+    manifest = check_installable(
+        document if isinstance(document, PackManifest) else parse_manifest(document)
+    )
     digest = manifest_digest(manifest)
     owner = manifest.connector_owner_key
     async with conn.transaction():

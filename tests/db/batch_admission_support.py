@@ -7,6 +7,7 @@ import copy
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import yaml
 
@@ -87,6 +88,15 @@ def items(saves: list[SaveRequest]) -> list[SaveToAdmit]:
     ]  # fmt: skip
 
 
+async def apply_legacy_pack(conn: Conn, document: dict[str, Any]) -> None:
+    """Install `document` as an install made before G-2's apply check was: two action
+    slots of one source object at one remote destination, with no `separateOwnership`.
+    `pack apply` refuses such a pack now; installs from before it still exist, and the
+    admission gate (G-2) must hold for them too."""
+    with patch("services.packs.check_installable", lambda manifest: manifest):
+        await apply_pack(conn, document)
+
+
 async def seed(conn: Conn) -> None:
     """Contacts new, adopted (a finalized link), unreadable, incomplete and deleted;
     companies naming an unlinked and a linked primary contact; a lineage attempt."""
@@ -115,7 +125,7 @@ async def seed(conn: Conn) -> None:
     await load_records(conn, parse_records_document({"records": records, "grants": grants}))
     await apply_backfill(conn, OWNER, now=NOW)  # adopts c-linked: a finalized link (MIG-1)
     assert await conn.fetchval("SELECT count(*) FROM connector_remote_link") == 1
-    await apply_pack(conn, pack(old_slot=True))
+    await apply_legacy_pack(conn, pack(old_slot=True))
     [old] = items([contact("c-lineage", slot="push-contact-old")])
     async with conn.transaction():
         await links_q.lock_link_key(conn, old.key)

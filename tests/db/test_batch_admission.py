@@ -24,7 +24,15 @@ from protocol.admission import (
 from services.admission import admit_all_locked, admit_locked
 from services.admission_facts import SaveToAdmit
 from services.packs import apply_pack
-from tests.db.batch_admission_support import NOW, company, contact, items, pack, seed
+from tests.db.batch_admission_support import (
+    NOW,
+    apply_legacy_pack,
+    company,
+    contact,
+    items,
+    pack,
+    seed,
+)
 
 # -- the two paths --------------------------------------------------------------------
 
@@ -186,7 +194,7 @@ async def test_prior_ownership_under_another_slot_is_seen_within_a_batch(
     ownership the same batch reserved a moment earlier."""
     async with db_pool.acquire() as conn:
         await seed(conn)
-        await apply_pack(conn, pack(old_slot=True))
+        await apply_legacy_pack(conn, pack(old_slot=True))
         saves = [
             contact("c-new-1"),
             contact("c-new-1", slot="push-contact-old"),  # reserved just above, same batch

@@ -7,6 +7,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 400
+# Modules that hold one concept and stay whole, each with why (issue 48): split one of
+# these only along a concept of its own, never to get under the line count.
+ALLOWED: dict[str, str] = {
+    "protocol/manifest.py": "the pack schema: every model a manifest declares, and the "
+    "cross-reference checks its validators run; a model split from its validator could "
+    "be built without it",
+}
 # Not ours: the virtualenv, and caches or build output that may hold copies.
 SKIPPED = frozenset({".venv", ".git", "build", "__pycache__", "node_modules"})
 
@@ -22,7 +29,11 @@ def line_counts(root: Path) -> dict[str, int]:
 
 
 def oversized(counts: dict[str, int]) -> list[str]:
-    return [f"{name} ({n} lines)" for name, n in sorted(counts.items()) if n > MAX_LINES]
+    return [
+        f"{name} ({n} lines)"
+        for name, n in sorted(counts.items())
+        if n > MAX_LINES and name not in ALLOWED
+    ]
 
 
 def test_no_module_is_over_400_lines() -> None:
