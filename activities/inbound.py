@@ -2,7 +2,8 @@
 
 Each is idempotent on the event id: planning reads only, a repeated link signal
 is absorbed by the LinkWorkflow's compare-and-set, and settling is a
-compare-and-set from `admitted` that reports the stored outcome when it lost.
+compare-and-set from `admitted` that reports the stored outcome when it lost; the
+deletion evidence it records with it (G-8) is keyed by the event, so a re-run adds none.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from db import inbound_queries as q
+from db import remote_deletions as deletions_q
 from protocol.inbound import (
     REMOTE_DELETED_SIGNAL,
     ClassifiedEvent,
@@ -28,6 +30,7 @@ from protocol.inbound import (
 )
 from protocol.ingress_policy import InboundHandler
 from protocol.messages import LinkWorkflowInput, RemoteEvidence
+from protocol.remote_deletion import records_remote_deletion
 from services.wake import link_facts, signal_with_start
 
 
@@ -102,14 +105,19 @@ class InboundActivities:
 
     @activity.defn
     async def settle_event(self, input: SettleEventInput) -> InboundEventResult:
-        """admitted -> processed | skipped | dead; a re-run returns the stored outcome."""
+        """admitted -> processed | skipped | dead, recording a deletion event's evidence
+        (G-8); a re-run returns the stored outcome."""
         check_event_transition(EventStatus.ADMITTED, input.status)
-        async with self._pool.acquire() as conn:
+        async with self._pool.acquire() as conn, conn.transaction():
             await q.settle_event(conn, input.event_id, input.status.value, input.reason)
             row = await q.select_event(conn, input.event_id)
-        if row is None:
-            raise _unknown_event(input.event_id)
-        event = event_view(row)
+            if row is None:
+                raise _unknown_event(input.event_id)
+            event = event_view(row)
+            if records_remote_deletion(event):
+                # G-8: whatever the links' state (or with none), the evidence outlives the
+                # event row, which retention prunes; it commits with the settling.
+                await deletions_q.record_from_event(conn, input.event_id)
         return InboundEventResult(
             event_id=event.event_id, status=event.status, reason=event.status_reason
         )

@@ -65,6 +65,7 @@ async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dic
     from db import journal as journal_q
     from db import key_view as kq
     from db import links as links_q
+    from db import remote_deletions as deletions_q
     from protocol.park import park_reason, remedy_for
     from services.daily_quota import link_waiting_until
     from services.rows import view_of
@@ -94,6 +95,11 @@ async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dic
         "send_journal": journal,
         "drift_findings": findings,
         "operator_actions": [dict(r) for r in await kq.operator_actions(conn, key)],
+        # G-8: deletion events recorded for the link's remote object, in any link state.
+        "remote_deletions": [
+            d.model_dump(mode="json")
+            for d in (await deletions_q.of_links(conn, [key])).get(key, [])
+        ],
     }
 
 
@@ -130,6 +136,8 @@ def _print_show(view: dict[str, Any]) -> None:
     print_rows([t for t in view["send_journal"] if t["patch_id"]], "PATCH send journal")
     print_rows(view["drift_findings"], "drift findings")
     print_rows(view["operator_actions"], "operator actions")
+    if view["remote_deletions"]:
+        print_rows(view["remote_deletions"], "remote deletion events (G-8)")
 
 
 def print_rows(rows: list[dict[str, Any]], title: str) -> None:
@@ -234,7 +242,8 @@ def register(links: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """One view of a key: its link (or none yet), every attempt with its frozen request
-        and send journal, PATCHes, drift findings and operator actions."""
+        and send journal, PATCHes, drift findings, operator actions and any deletion
+        events recorded for its remote object."""
         if not LINK_KEY_SHAPE.fullmatch(link_key):
             bad_input(f"{link_key!r} is not a link key (lk1_ and 64 hex digits)")
         view = _run(resolve_dsn(database_url), lambda c: key_view(c, link_key, all_patches))

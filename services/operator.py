@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 from db import audit as audit_q
 from db import links as q
 from db import patches as pq
+from db import remote_deletions as deletions_q
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
 from protocol.active import resolve_active
@@ -26,6 +27,7 @@ from protocol.errors import ActivityErrorType, SuspendReason
 from protocol.messages import LinkView, OperatorActionInput
 from protocol.operator import OperatorAction, check_operator_action
 from protocol.recovery import Decision, Step, next_step
+from protocol.remote_deletion import deleted_object_refusal
 from protocol.remote_ids import RemoteIdError, check_remote_id
 from protocol.states import LinkStatus, ProtocolError
 from services.admission import admit_locked
@@ -196,6 +198,7 @@ async def _supersede(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
 async def _reconcile(conn: Conn, input: OperatorActionInput, view: LinkView) -> str:
     assert view.attempt_id is not None and input.remote_id is not None
     await _check_reconcile_id(conn, view.attempt_id, input.remote_id)
+    await _refuse_deleted_object(conn, view.attempt_id, input.remote_id)
     response = {
         "status": None,
         "remote_id": input.remote_id,
@@ -236,6 +239,20 @@ async def _check_reconcile_id(conn: Conn, attempt_id: str, remote_id: str) -> No
         raise _refuse(f"not reconciled: {error}{owned}; nothing changed") from error
 
 
+async def _refuse_deleted_object(conn: Conn, attempt_id: str, remote_id: str) -> None:
+    """G-8: a remote object reported deleted (in whatever state the link was then) is not
+    the object a parked create made, as far as reconcile can prove: finalizing the link
+    to it would PATCH a deleted object."""
+    attempt = await q.attempt_by_id(conn, attempt_id)
+    assert attempt is not None, "attempts are never deleted"
+    request = request_of(attempt)
+    deleted = await deletions_q.of_object(
+        conn, request.target_object, remote_id, request.remote_scope
+    )
+    if deleted:
+        raise _refuse(deleted_object_refusal("reconciled", deleted[0]))
+
+
 async def _revalidate(conn: Conn, input: OperatorActionInput, refresh: Refresh) -> str:
     """suspended_drift -> finalized on the active install's snapshots (WF-3).
 
@@ -244,6 +261,11 @@ async def _revalidate(conn: Conn, input: OperatorActionInput, refresh: Refresh) 
     """
     row = await q.link_by_key(conn, input.link_key)
     assert row is not None
+    deleted = await deletions_q.of_object(
+        conn, row["target_object"], row["remote_id"], row["remote_scope"]
+    )
+    if deleted:  # G-8: reported deleted while the link was suspended; finalizing would PATCH it
+        raise _refuse(deleted_object_refusal("revalidated", deleted[0]))
     pack = await get_active_pack(conn, row["connector_owner_key"])
     if pack is None:
         raise _refuse(f"no active pack for owner {row['connector_owner_key']!r}")

@@ -1,0 +1,67 @@
+"""Named queries for remote-deletion evidence (SPEC G-8; migration 0180).
+
+Append and read only: the table refuses UPDATE, DELETE and TRUNCATE, and retention
+never names it. The caller owns the transaction (recording goes with settling the event).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from asyncpg import Record
+
+from db.records import Conn
+from protocol.remote_deletion import RemoteDeletion
+
+# Copied from the event row, so the evidence outlives its pruning; a re-run adds nothing.
+RECORD_FROM_EVENT: Final = """
+INSERT INTO connector_remote_deletion
+    (event_id, target_object, remote_scope, remote_id, event_type, endpoint)
+SELECT event_id, target_object, remote_scope, remote_object_id, event_type, endpoint
+FROM connector_event WHERE event_id = $1
+ON CONFLICT (event_id) DO NOTHING
+"""
+
+OF_OBJECT: Final = """
+SELECT event_id, target_object, remote_scope, remote_id, event_type, endpoint, recorded_at
+FROM connector_remote_deletion
+WHERE target_object = $1 AND remote_id = $2 AND remote_scope = $3
+ORDER BY recorded_at, event_id
+"""
+
+# The deletions of the object each link points at (links with no remote id name none).
+OF_LINKS: Final = """
+SELECT l.link_key, d.event_id, d.target_object, d.remote_scope, d.remote_id, d.event_type,
+       d.endpoint, d.recorded_at
+FROM connector_remote_link l
+JOIN connector_remote_deletion d
+  ON d.target_object = l.target_object AND d.remote_id = l.remote_id
+ AND d.remote_scope = l.remote_scope
+WHERE l.link_key = ANY($1::text[])
+ORDER BY l.link_key, d.recorded_at, d.event_id
+"""
+
+
+def _deletion(row: Record) -> RemoteDeletion:
+    return RemoteDeletion.model_validate({k: row[k] for k in RemoteDeletion.model_fields})
+
+
+async def record_from_event(conn: Conn, event_id: str) -> None:
+    """Record the deletion `event_id` reports (idempotent)."""
+    await conn.execute(RECORD_FROM_EVENT, event_id)
+
+
+async def of_object(
+    conn: Conn, target_object: str, remote_id: str, remote_scope: str
+) -> list[RemoteDeletion]:
+    """Every recorded deletion of one remote object, oldest first."""
+    rows = await conn.fetch(OF_OBJECT, target_object, remote_id, remote_scope)
+    return [_deletion(row) for row in rows]
+
+
+async def of_links(conn: Conn, link_keys: list[str]) -> dict[str, list[RemoteDeletion]]:
+    """The recorded deletions of each link's remote object; links with none are absent."""
+    found: dict[str, list[RemoteDeletion]] = {}
+    for row in await conn.fetch(OF_LINKS, link_keys):
+        found.setdefault(row["link_key"], []).append(_deletion(row))
+    return found
