@@ -19,6 +19,7 @@ class RetentionActivities:
 
     @activity.defn
     async def prune_finished(self, request: PruneInput) -> PruneReport:
-        """Idempotent: a retry deletes whatever is still finished and old."""
+        """Idempotent: a retry deletes whatever is still finished and old; rows G-3 keeps
+        are skipped, never an error."""
         async with self._pool.acquire() as conn:
             return await prune(conn, request, datetime.now(UTC))

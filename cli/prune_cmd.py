@@ -21,7 +21,7 @@ _stdout = Console(highlight=False)
 _KINDS = (
     ("ingress_receipts", "ingress receipts (event finished or none)"),
     ("events", "events (processed, skipped, dead)"),
-    ("patches", "PATCH rows beyond each link's newest N (finished)"),
+    ("patches", "PATCH rows beyond each link's newest N (succeeded, failed, superseded)"),
     ("patch_journal", "send-journal rows of those PATCHes"),
     ("action_executions", "workflow action executions (delivered, stopped)"),
 )
@@ -44,7 +44,7 @@ def _print(report: PruneReport, older_than: str) -> None:
     _stdout.print(table)
     note = "dry run: nothing deleted" if report.dry_run else "done"
     _stdout.print(
-        f"{note}; never pruned: links, attempts, unresolved journals, "
+        f"{note}; never pruned: links, attempts, unsettled PATCHes, unresolved journals, "
         "revalidation receipts, the audit trail"
     )
 

@@ -1,10 +1,12 @@
 """Named queries for retention (SPEC OPS-3): one batch of one kind of finished row each.
 
-Each statement deletes at most `$3` rows finished before `$1` and returns how many it
+Each statement deletes at most `$2` rows finished before `$1` and returns how many it
 deleted; the caller loops until a batch comes back empty and owns the transaction.
-The guards of migrations 0010 and 0041 refuse anything unfinished, whatever these
-queries select. Order matters only for foreign keys: executions, then receipts,
-then events; PATCH journal rows go with their PATCH (ON DELETE CASCADE).
+The queries select only rows the guards allow, so a prune skips protected rows instead
+of failing on them; the guards refuse anything else whatever a query asks (G-3:
+migration 0170 for attempts, unsettled PATCHes and their journal rows; 0041 for the
+inbox). Order matters only for foreign keys: executions, then receipts, then events;
+PATCH journal rows go with their PATCH (ON DELETE CASCADE).
 """
 
 from __future__ import annotations
@@ -13,6 +15,14 @@ from datetime import datetime
 from typing import Final
 
 from db.records import Conn
+from protocol.states import PatchStatus
+
+# G-3: the only PATCH statuses whose row and send-journal rows may be deleted. Migration
+# 0170 refuses every other one (tests/db/test_evidence_delete_guards.py checks each status
+# against this set); `ambiguous_remote_effect` awaits an operator and is kept.
+SETTLED_PATCH_STATUSES: Final[frozenset[PatchStatus]] = frozenset(
+    {PatchStatus.SUCCEEDED, PatchStatus.FAILED, PatchStatus.SUPERSEDED}
+)
 
 DELETE_ACTION_EXECUTIONS: Final = """
 WITH doomed AS (
@@ -54,9 +64,9 @@ WITH doomed AS (
 SELECT count(*) FROM gone
 """
 
-# Finished = succeeded, failed or superseded: an `ambiguous_remote_effect` PATCH awaits an
-# operator and stays. The newest `$3` PATCHes of each link stay whatever their age, and a
-# PATCH another row names as `superseded_by` waits until that older row is gone.
+# Finished = `$4`, the settled statuses: any other PATCH stays (Postgres would refuse it).
+# The newest `$3` PATCHes of each link stay whatever their age, and a PATCH another row
+# names as `superseded_by` waits until that older row is gone.
 DELETE_PATCHES: Final = """
 WITH ranked AS (
     SELECT patch_id, status, updated_at,
@@ -65,7 +75,7 @@ WITH ranked AS (
     FROM connector_patch_dispatch
 ), doomed AS (
     SELECT r.patch_id FROM ranked r
-    WHERE r.newest > $3 AND r.status IN ('succeeded', 'failed', 'superseded')
+    WHERE r.newest > $3 AND r.status = ANY($4::text[])
       AND r.updated_at < $1
       AND NOT EXISTS (SELECT 1 FROM connector_patch_dispatch o WHERE o.superseded_by = r.patch_id)
     ORDER BY r.updated_at LIMIT $2
@@ -94,6 +104,7 @@ async def delete_events(conn: Conn, before: datetime, limit: int) -> int:
 
 async def delete_patches(conn: Conn, before: datetime, limit: int, keep: int) -> tuple[int, int]:
     """(PATCH rows, their journal rows) deleted."""
-    row = await conn.fetchrow(DELETE_PATCHES, before, limit, keep)
+    settled = sorted(map(str, SETTLED_PATCH_STATUSES))
+    row = await conn.fetchrow(DELETE_PATCHES, before, limit, keep, settled)
     assert row is not None
     return int(row["patches"]), int(row["journal"])

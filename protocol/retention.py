@@ -1,6 +1,6 @@
 """Retention (SPEC OPS-3) and the age arguments operators type (`30d`, `12h`).
 
-What may be pruned is decided by the database guards (migrations 0010, 0041) and
+What may be pruned is decided by the database guards (migrations 0041, 0170; G-3) and
 the named queries in db/retention.py; this module holds the pure parts: parsing
 an age, and the report a prune run returns.
 """

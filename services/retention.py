@@ -1,8 +1,10 @@
 """Retention (SPEC OPS-3): delete finished rows older than a cut-off, in batches.
 
-Never links, attempts, the journal of an unresolved attempt or PATCH, revalidation
-receipts or the audit trail: no query here touches them, and Postgres refuses it
-anyway (migrations 0010, 0040, 0041). Each batch is its own transaction so a long
+Never links, attempts, a PATCH that is not settled (`ambiguous_remote_effect`
+included), the journal of such a PATCH or of an unfinished attempt, revalidation
+receipts or the audit trail: no query here selects them, so a run skips them rather
+than failing on them, and Postgres refuses their delete anyway (G-3: migrations 0001,
+0010, 0040, 0041, 0170). Each batch is its own transaction so a long
 prune holds no lock for long; a dry run deletes inside one transaction and rolls
 it back, so its figures are exactly what a real run would delete now.
 """

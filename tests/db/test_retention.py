@@ -214,6 +214,9 @@ async def test_the_guards_still_refuse_protected_deletes(conn: asyncpg.Connectio
         ("DELETE FROM connector_remote_link WHERE link_key = $1", w["link"], "CP004"),
         ("DELETE FROM connector_push_attempt", None, "CP004"),
         ("DELETE FROM connector_patch_dispatch WHERE patch_id = $1", w["patches"][1], "CP004"),
+        # G-3: the ambiguous PATCH (its answer was lost) and its journal row, which prune skips
+        ("DELETE FROM connector_patch_dispatch WHERE patch_id = $1", w["patches"][0], "CP004"),
+        ("DELETE FROM connector_send_journal WHERE patch_id = $1", w["patches"][0], "CP004"),
         # the journal of the unresolved (pending, checkpointed) attempt
         ("DELETE FROM connector_send_journal WHERE attempt_id IS NOT NULL", None, "CP004"),
         ("DELETE FROM connector_operator_audit", None, "CP003"),
