@@ -32,16 +32,17 @@ async def lock_link_keys(conn: Conn, link_keys: list[str]) -> None:
 
 
 # G-2: the advisory lock of a record's identity (owner key, source object, record id),
-# in the two-key form, whose lock space is apart from the link keys' one-key form. Every
-# admission takes its records' locks before it reads what the prior-ownership gate weighs,
-# so two saves of one record under two slots (two link keys, two link-key locks) decide
-# one after the other: the second reads the first's reservation. Taken in the order of
-# the lock values themselves, after every link-key lock, and by nothing else: two batches
-# cannot deadlock, and a hash collision only serializes two records that need not be.
-RECORD_LOCK_CLASS: Final = 0x47320002
-LOCK_RECORDS: Final = f"""
-SELECT pg_advisory_xact_lock({RECORD_LOCK_CLASS}, h)
-FROM (SELECT DISTINCT hashtext(o || chr(31) || s || chr(31) || r) AS h
+# in the two-key form, whose lock space is apart from the link keys' one-key form; its
+# class and key are SQL functions (migration 0190), whose trigger refuses an attempt row
+# inserted without it. Every admission takes its records' locks before it reads what the
+# prior-ownership gate weighs, so two saves of one record under two slots (two link keys,
+# two link-key locks) decide one after the other: the second reads the first's
+# reservation. Taken in the order of the lock values themselves, after every link-key
+# lock, and by nothing else: two batches cannot deadlock, and a hash collision only
+# serializes two records that need not be.
+LOCK_RECORDS: Final = """
+SELECT pg_advisory_xact_lock(connector_record_lock_class(), h)
+FROM (SELECT DISTINCT connector_record_lock_key(o, s, r) AS h
       FROM unnest($1::text[], $2::text[], $3::text[]) AS t(o, s, r)) AS records
 ORDER BY h
 """

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 import asyncpg
 
+from db.link_batches import lock_records
 from protocol.states import LIFECYCLES
 
 # lifecycle -> primary-key column of its table
@@ -149,6 +150,35 @@ async def insert_attempt(
     dispatch_lane: str | None = None,
     attempt_id: uuid.UUID | None = None,
 ) -> uuid.UUID:
+    """An attempt row for the `_stable` link, under its record's admission lock (G-2)."""
+    async with conn.transaction():
+        record = _stable(link_key)
+        owner, obj, record_id = (
+            record[c] for c in ("connector_owner_key", "source_object", "source_record_id")
+        )
+        await lock_records(conn, [(owner, obj, record_id)])
+        return await insert_attempt_unlocked(
+            conn,
+            pack_install_id,
+            link_key=link_key,
+            ordinal=ordinal,
+            status=status,
+            dispatch_lane=dispatch_lane,
+            attempt_id=attempt_id,
+        )
+
+
+async def insert_attempt_unlocked(
+    conn: asyncpg.Connection,
+    pack_install_id: uuid.UUID,
+    *,
+    link_key: str,
+    ordinal: int = 1,
+    status: str = "pending",
+    dispatch_lane: str | None = None,
+    attempt_id: uuid.UUID | None = None,
+) -> uuid.UUID:
+    """The row alone: Postgres refuses it unless the caller holds the record's lock."""
     attempt_id = attempt_id or uuid.uuid4()
     row: dict[str, object] = {
         **_stable(link_key),

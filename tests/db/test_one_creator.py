@@ -20,6 +20,7 @@ import asyncpg
 import pytest
 
 from db import link_batches as batch_q
+from db.records import Conn
 from protocol.admission import AdmissionDecision, CreateReserved, Rejected, SaveRequest
 from protocol.errors import RejectReason
 from protocol.installable import check_installable
@@ -28,6 +29,7 @@ from services.admission import admit_all_locked, admit_save
 from services.admission_facts import SaveToAdmit
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
+from tests.db import rows
 from tests.db.batch_admission_support import (
     CONTACT_FIELDS,
     NOW,
@@ -70,7 +72,7 @@ def save(record_id: str, slot: str, destination: str) -> SaveRequest:
     )
 
 
-async def seed_records(conn: asyncpg.Connection, ids: list[str]) -> None:
+async def seed_records(conn: Conn, ids: list[str]) -> None:
     records = [
         {"object": "Contact", "id": i, "fields": {"Email": f"{i}@x", "FirstName": "A"}} for i in ids
     ]
@@ -204,3 +206,19 @@ async def test_g2_apply_refuses_two_creators_at_one_destination(
         with pytest.raises(ManifestInvalid):
             await apply_pack(conn, document)
         assert await conn.fetchval("SELECT count(*) FROM pack_install") == 0
+
+
+async def test_g2_postgres_refuses_an_attempt_reserved_without_the_record_lock(
+    conn: asyncpg.Connection,
+) -> None:
+    """G-2 by construction: a path that inserts an attempt row without taking its record's
+    admission lock (as admission does, `db.link_batches.lock_records`) is refused by
+    Postgres, in one statement or a batch; with the lock the same row goes in."""
+    install = await rows.insert_pack_install(conn)
+    key = rows.new_link_key()
+    with pytest.raises(asyncpg.IntegrityConstraintViolationError, match=r"admission lock \(G-2\)"):
+        async with conn.transaction():
+            await rows.insert_attempt_unlocked(conn, install, link_key=key)
+    assert await conn.fetchval("SELECT count(*) FROM connector_push_attempt") == 0
+    await rows.insert_attempt(conn, install, link_key=key)  # takes the lock
+    assert await conn.fetchval("SELECT count(*) FROM connector_push_attempt") == 1
