@@ -1,14 +1,19 @@
-"""The scheduled prune (SPEC OPS-3) as an activity; the deleting is `services.retention`."""
+"""The scheduled prune (SPEC OPS-3) as an activity; the deleting is `services.retention`,
+its audit entry (G-8) `services.prune_audit`."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Final
 
 import asyncpg
 from temporalio import activity
 
 from protocol.retention import PruneInput, PruneReport
-from services.retention import prune
+from services.prune_audit import audited_prune
+
+# Who the audit trail names for a run the worker's schedule started (no person did).
+SCHEDULED_OPERATOR: Final = "retention schedule"
 
 
 class RetentionActivities:
@@ -21,5 +26,7 @@ class RetentionActivities:
     async def prune_finished(self, request: PruneInput) -> PruneReport:
         """Idempotent: a retry deletes whatever is still finished and old; rows G-3 keeps
         are skipped, never an error."""
+        info = activity.info()
+        why = f"scheduled prune (OPS-3): workflow {info.workflow_id}, attempt {info.attempt}"
         async with self._pool.acquire() as conn:
-            return await prune(conn, request, datetime.now(UTC))
+            return await audited_prune(conn, request, datetime.now(UTC), SCHEDULED_OPERATOR, why)

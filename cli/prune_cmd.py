@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -27,11 +28,11 @@ _KINDS = (
 )
 
 
-async def _run(dsn: str, request: PruneInput) -> PruneReport:
-    from services.retention import prune
+async def _run(dsn: str, request: PruneInput, operator: str, reason: str) -> PruneReport:
+    from services.prune_audit import audited_prune
 
     async with connect(dsn) as conn:
-        return await prune(conn, request, datetime.now(UTC))
+        return await audited_prune(conn, request, datetime.now(UTC), operator, reason)
 
 
 def _print(report: PruneReport, older_than: str) -> None:
@@ -61,10 +62,17 @@ def prune_command(
         int, typer.Option("--batch-size", min=1, max=100_000, help="Rows per kind per batch.")
     ] = DEFAULT_BATCH_SIZE,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count only; delete nothing.")] = False,
+    operator: Annotated[
+        str, typer.Option("--operator", help="Who prunes (recorded in the audit trail).")
+    ] = os.environ.get("USER", "operator"),
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why (recorded in the audit trail).")
+    ] = "",
     database_url: DatabaseUrl = None,
     as_json: AsJson = False,
 ) -> None:
-    """Delete finished ingress receipts, events, action executions and old PATCH rows."""
+    """Delete finished ingress receipts, events, action executions and old PATCH rows; each
+    run (not a dry run) appends an audit entry with the row counts before and after."""
     import asyncio
 
     from protocol.retention import AgeInvalid, PruneInput, parse_age
@@ -79,7 +87,9 @@ def prune_command(
         batch_size=batch_size,
         dry_run=dry_run,
     )
-    report = asyncio.run(_run(_dsn(database_url), request))
+    if not operator.strip():
+        bad_input("--operator: say who prunes (it is recorded in the audit trail)")
+    report = asyncio.run(_run(_dsn(database_url), request, operator, reason))
     if as_json:
         echo_json(report.model_dump(mode="json"))
     else:

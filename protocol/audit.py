@@ -26,6 +26,7 @@ class AuditCommand(StrEnum):
     PACK_APPLY = "pack-apply"
     REVALIDATE_OWNER = "revalidate-owner"  # C-4: an owner's install-change suspensions lifted
     REVALIDATE_CREATE_PATH = "revalidate-create-path"  # C-8: a changed createPath validated
+    PRUNE = "prune"  # G-8: retention (OPS-3), by the CLI or the worker's schedule
 
 
 # protocol/operator.py OperatorAction value -> the command an operator typed.
