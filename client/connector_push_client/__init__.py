@@ -6,7 +6,10 @@
 
 Pass the same `idempotency_key` when retrying a request whose answer was lost: the
 server returns the first answer and admits nothing new. A 503 (Postgres down) is
-raised as `SaveApiError` with `retry_after` set; retry with the same key.
+raised as `SaveApiError` with `retry_after` set; retry with the same key. What the
+server would refuse with a 400 (a padded or empty id, a control character, an over-long
+id or batch, a malformed idempotency key) is refused here, before any request, with
+pydantic's `ValidationError`.
 
 Installed alone with `pip install ./client` (httpx and pydantic only; see client/README.md).
 """
@@ -21,6 +24,7 @@ from pydantic import ValidationError
 
 from connector_push_client.models import (
     BATCH_PATH,
+    MAX_BATCH,
     SAVE_PATH,
     BatchAnswer,
     ErrorAnswer,
@@ -29,6 +33,7 @@ from connector_push_client.models import (
     SaveBatchIn,
     SaveIn,
     SaveResult,
+    check_idempotency_key,
 )
 
 if TYPE_CHECKING:
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
 DEFAULT_BATCH: Final = 100
 
 __all__ = [
+    "MAX_BATCH",
     "BatchAnswer",
     "FieldProblem",
     "SaveAnswer",
@@ -137,8 +143,10 @@ class SaveApiClient:
         crash or Ctrl-C, run it again over the same saves in the same order with the same
         prefix and the batches already admitted are answered from their stored first
         answer (`replayed`), admitting nothing twice (API-1)."""
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise ValueError(f"batch_size must be from 1 to {MAX_BATCH}")
+        if idempotency_prefix is not None:
+            check_idempotency_key(f"{idempotency_prefix}-0")
         batch: list[SaveIn] = []
         number = 0
         async for save in _each(saves):
@@ -155,7 +163,7 @@ class SaveApiClient:
     async def _post(self, path: str, body: str, idempotency_key: str | None) -> httpx.Response:
         headers = {**self._headers, "content-type": "application/json"}
         if idempotency_key is not None:
-            headers["idempotency-key"] = idempotency_key
+            headers["idempotency-key"] = check_idempotency_key(idempotency_key)
         response = await self._http.post(path, content=body, headers=headers)
         if response.status_code != 200:
             raise _error_of(response)

@@ -138,13 +138,16 @@ def test_the_client_reads_a_newer_servers_answer_and_the_server_only_its_own() -
 
 
 def test_the_identity_part_rule_is_the_servers_on_the_clients_fields() -> None:
-    """ID-2's rule (protocol.identity) is applied by the server's SaveIn, named by alias."""
+    """ID-2's rule (protocol.identity) is applied by the server's SaveIn, named by alias,
+    and by the client before it sends (tests/unit/test_client_refusals.py, every field)."""
     padded = save_body(recordId=" c-001")
-    assert client.SaveIn.model_validate(padded).record_id == " c-001"
+    with pytest.raises(ValidationError) as refused_here:
+        client.SaveIn.model_validate(padded)
     with pytest.raises(ValidationError) as refused:
         server.SaveBatchIn.model_validate({"saves": [padded]})
     (problem,) = refused.value.errors()
     assert problem["loc"] == ("saves", 0, "recordId") and "whitespace" in problem["msg"]
+    assert [e["msg"] for e in refused_here.value.errors()] == [problem["msg"]]
 
 
 @pytest.mark.slow(seconds=25)
