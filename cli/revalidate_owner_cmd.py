@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
     from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult
 
 OWNER_EPILOG: Final = (
-    "Exit codes: 0 applied, or nothing waited; 3 rejected (conflicts listed; the links "
+    "Exit codes: 0 applied, or nothing waited (links G-4 skips, listed with their remedy, "
+    "do not change it: they stay as they are); 3 rejected (conflicts listed; the links "
     "stay as they were and still fail closed); 2 bad input, no active pack, or links whose "
     "mapping would move without --include-mapping-changes (nothing written); 5 Postgres "
     "unreachable."
@@ -70,7 +71,16 @@ def _owner_json(result: OwnerResult) -> dict[str, object]:
         "restored_count": result.restored_count,
         "restored": list(result.restored),
         "skipped_count": result.skipped_count,
-        "skipped": list(result.skipped),
+        # G-4: each skipped link once, with why it stays as it is and what to do.
+        "skipped": [
+            {
+                "link_key": r.link_key,
+                "reason": r.blocker.value,
+                "detail": r.detail,
+                "remedy": r.remedy.replace("KEY", r.link_key),
+            }
+            for r in result.skipped
+        ],
         "mapping_moves": result.mapping_moves,
         "rejected": None if rejected is None else rejected.model_dump(mode="json"),
     }
@@ -92,11 +102,12 @@ def _print_owner(result: OwnerResult) -> None:
     if result.restored_count:
         stdout.print(f"lifted the install-change suspension of {result.restored_count} link(s)")
     if result.skipped_count:
-        shown = ", ".join(escape(k) for k in result.skipped)
         stdout.print(
-            f"skipped {result.skipped_count} link(s) whose action slot install {install} does "
-            f"not have (retire or rebind them), e.g. {shown}"
+            f"[bold yellow]skipped[/] {result.skipped_count} link(s) G-4 leaves as they are "
+            f"(not restored, not revalidated; the first {len(result.skipped)}):"
         )
+        for refused in result.skipped:
+            stdout.print(f"  {escape(refused.link_key)}: {escape(refused.message())}")
     ops = f" in {len(result.operations)} operation(s)" if result.operations else ""
     match result.outcome:
         case OwnerOutcome.APPLIED:
@@ -104,6 +115,8 @@ def _print_owner(result: OwnerResult) -> None:
                 f"[bold green]revalidated[/]: {result.moved} link(s) of {owner} against "
                 f"install {install}{ops}; their next saves PATCH"
             )
+        case OwnerOutcome.NOTHING_TO_DO if result.skipped_count:
+            stdout.print(f"nothing else waits: no other link of {owner} moves to {install}")
         case OwnerOutcome.NOTHING_TO_DO:
             stdout.print(f"nothing waits: every link of {owner} is validated against {install}")
         case OwnerOutcome.REJECTED:

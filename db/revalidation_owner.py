@@ -6,7 +6,7 @@ One statement per function; the caller owns the transaction and the link locks.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
 from db.records import Conn
 from db.revalidation import LINK_STATE_COLUMNS, link_states_of
@@ -26,16 +26,36 @@ ORDER BY link_key COLLATE "C"
 """
 
 # suspended_drift -> finalized for those links, each still suspended for the same reason
-# (the caller holds their link locks, taken in link-key order). The install they were
-# validated under does not move here: the receipts of the revalidation that follows do.
+# (the caller holds their link locks, taken in link-key order, and the owner's pack lock).
+# The install they were validated under does not move here: the receipts of the
+# revalidation that follows do. G-4 (protocol.restore_rule, rule 1) again, in the statement:
+# only while install $5 is active and the link's (action slot, destination slot) is one of
+# its pairs ($6, $7, position by position). The reason returned is the one lifted (RETURNING
+# alone gives the new, null, value).
 RESTORE_INSTALL_SUSPENDED: Final = """
-UPDATE connector_remote_link
+UPDATE connector_remote_link l
 SET status = 'finalized', suspend_reason = NULL, drift_findings = '[]'::jsonb,
     last_operator = $3, last_operator_reason = $4, last_operator_at = now()
-WHERE link_key = ANY($1::text[]) AND status = 'suspended_drift'
-  AND suspend_reason = ANY($2::text[])
-RETURNING link_key, suspend_reason
+FROM (SELECT link_key, suspend_reason FROM connector_remote_link
+      WHERE link_key = ANY($1::text[]) FOR UPDATE) AS before
+WHERE l.link_key = before.link_key AND l.status = 'suspended_drift'
+  AND l.suspend_reason = ANY($2::text[])
+  AND EXISTS (SELECT 1 FROM pack_install i
+              WHERE i.pack_install_id = $5::uuid AND i.active
+                AND i.connector_owner_key = l.connector_owner_key)
+  AND (l.action_slot_id, l.destination_slot_id) IN (
+      SELECT a, d FROM unnest($6::text[], $7::text[]) AS kept(a, d))
+RETURNING l.link_key, before.suspend_reason
 """
+
+
+class RestoreGuard(NamedTuple):
+    """What RESTORE_INSTALL_SUSPENDED checks: the install that must still be active and
+    its (action slot, destination slot) pairs, as two lists of one length."""
+
+    pack_install_id: str
+    action_slots: list[str]
+    destination_slots: list[str]
 
 
 async def install_suspended_link_states(
@@ -47,11 +67,16 @@ async def install_suspended_link_states(
 
 
 async def restore_install_suspended(
-    conn: Conn, link_keys: list[str], reasons: list[str], operator: tuple[str, str]
+    conn: Conn,
+    link_keys: list[str],
+    reasons: list[str],
+    operator: tuple[str, str],
+    guard: RestoreGuard,
 ) -> list[tuple[str, str]]:
-    """Move those of `link_keys` still suspended for `reasons` back to finalized, stamping
-    `operator` (who, why); (link key, the reason it was suspended for) of each moved."""
-    rows = await conn.fetch(RESTORE_INSTALL_SUSPENDED, link_keys, reasons, *operator)
+    """Move those of `link_keys` still suspended for `reasons`, under a slot pair `guard`'s
+    active install has, back to finalized, stamping `operator` (who, why); (link key, the
+    reason it was suspended for) of each moved."""
+    rows = await conn.fetch(RESTORE_INSTALL_SUSPENDED, link_keys, reasons, *operator, *guard)
     return sorted((row["link_key"], row["suspend_reason"]) for row in rows)
 
 

@@ -44,6 +44,8 @@ class RejectReason(StrEnum):
     LINK_EXISTS_WITH_OTHER_REMOTE_ID = "link_exists_with_other_remote_id"
     ATTEMPT_EXISTS = "attempt_exists"
     REMOTE_ID_CLAIMED_TWICE = "remote_id_claimed_twice"
+    # G-4 (protocol.restore_rule): the adopted link could not work under the active pack.
+    NOT_ADOPTABLE_UNDER_ACTIVE_PACK = "not_adoptable_under_active_pack"
 
 
 class ProvenanceFormat(StrEnum):

@@ -40,7 +40,7 @@ from protocol.backfill_facts import (
 )
 from protocol.manifest import PackManifest, parse_manifest
 from services.backfill_adopt import ActivePackChanged as ActivePackChanged
-from services.backfill_adopt import AdoptSlot, apply_page, stored_facts
+from services.backfill_adopt import AdoptSlot, apply_page, refuse_adoptions, stored_facts
 from services.backfill_adopt import adopted_link_values as adopted_link_values
 from services.packs import ActivePack, get_active_pack
 
@@ -197,7 +197,8 @@ async def stream_backfill(
         if apply_at is None:
             async for page in _pages(conn, source, batch_size):
                 items = prepare((slot.backfill, r) for r in page)
-                done(decide_batch(items, await stored_facts(conn, items), claimed_twice), len(page))
+                decided = decide_batch(items, await stored_facts(conn, items), claimed_twice)
+                done(refuse_adoptions(decided, slot), len(page))
         else:
             async for ids in _id_pages(conn, source, batch_size):
                 args = (pack.pack_install_id, slot, ids, claimed_twice, apply_at)

@@ -37,6 +37,7 @@ from protocol.backfill_facts import (
 )
 from protocol.errors import MirrorStatus
 from protocol.identity import ACTION_TYPE
+from protocol.restore_rule import adoption_refusal
 from protocol.states import LinkStatus
 from services.patch import validated_values
 
@@ -81,11 +82,31 @@ async def apply_page(
         await batches_q.lock_link_keys(conn, sorted({k for _, _, ks in known.values() for k in ks}))
         fresh = await q.records_by_id(conn, bf.source_object, record_ids)
         items = prepare(((bf, r) for r in fresh), known)
-        decided = decide_batch(items, await stored_facts(conn, items), claimed_twice)
+        decided = refuse_adoptions(
+            decide_batch(items, await stored_facts(conn, items), claimed_twice), slot
+        )
+        if not any(d.outcome is Outcome.ADOPTABLE for d in decided):
+            return decided  # G-4 may have refused them all: nothing to freeze or write
         shared = adopted_slot_values(slot.active, slot.backfill, *stamp)
         if await _adopt_all(conn, slot, decided, stamp, shared):
             return [_adopted(d) for d in decided]
         return [await _adopt(conn, slot, d, stamp, shared) for d in decided]
+
+
+def refuse_adoptions(decided: Sequence[RecordDecision], slot: AdoptSlot) -> list[RecordDecision]:
+    """G-4: when the link adopted for `slot` could not work under the active pack, each
+    adoptable record is rejected instead, with the reason and the remedy (plan and apply
+    alike); nothing is written for it."""
+    refused = adoption_refusal(slot.active)
+    if refused is None:
+        return list(decided)
+    R = RejectReason.NOT_ADOPTABLE_UNDER_ACTIVE_PACK
+    return [
+        d.model_copy(update={"outcome": Outcome.REJECTED, "reason": R, "detail": refused.message()})
+        if d.outcome is Outcome.ADOPTABLE
+        else d
+        for d in decided
+    ]
 
 
 def _adopted(decision: RecordDecision) -> RecordDecision:

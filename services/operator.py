@@ -29,6 +29,7 @@ from protocol.operator import OperatorAction, check_operator_action
 from protocol.recovery import Decision, Step, next_step
 from protocol.remote_deletion import deleted_object_refusal
 from protocol.remote_ids import RemoteIdError, check_remote_id
+from protocol.restore_rule import RestorePath, refusal
 from protocol.states import LinkStatus, ProtocolError
 from services.admission import admit_locked
 from services.cas import require_cas
@@ -41,7 +42,7 @@ from services.evidence import (
 from services.mirror import finalize_with_mirror
 from services.packs import get_active_pack
 from services.patch import validated_values
-from services.rows import jsonb, link_snapshot, request_of
+from services.rows import attempt_snapshot, jsonb, link_snapshot, request_of
 
 ViewFn = Callable[[Conn, str], Awaitable[LinkView]]
 
@@ -198,6 +199,7 @@ async def _supersede(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
 async def _reconcile(conn: Conn, input: OperatorActionInput, view: LinkView) -> str:
     assert view.attempt_id is not None and input.remote_id is not None
     await _check_reconcile_id(conn, view.attempt_id, input.remote_id)
+    await _check_reconcile_slots(conn, view.attempt_id)
     await _refuse_deleted_object(conn, view.attempt_id, input.remote_id)
     response = {
         "status": None,
@@ -253,6 +255,24 @@ async def _refuse_deleted_object(conn: Conn, attempt_id: str, remote_id: str) ->
         raise _refuse(deleted_object_refusal("reconciled", deleted[0]))
 
 
+async def _check_reconcile_slots(conn: Conn, attempt_id: str) -> None:
+    """G-4: reconcile never finalizes a link under a slot the active pack lacks (C-9); the
+    attempt stays parked with its evidence. Nothing is written before this check."""
+    attempt = await q.attempt_by_id(conn, attempt_id)
+    assert attempt is not None, "attempts are never deleted"
+    frozen = attempt_snapshot(attempt)
+    pack = await get_active_pack(conn, frozen.slot.connector_owner_key)
+    if pack is None:
+        raise _refuse(f"no active pack for owner {frozen.slot.connector_owner_key!r}")
+    slot = frozen.slot
+    active = resolve_active(
+        pack.manifest, pack.pack_install_id, slot.action_slot_id, slot.destination_slot_id
+    )
+    refused = refusal(frozen, active, RestorePath.RECONCILE)
+    if refused is not None:
+        raise _refuse(f"not reconciled: {refused.message()}; nothing changed")
+
+
 async def _revalidate(conn: Conn, input: OperatorActionInput, refresh: Refresh) -> str:
     """suspended_drift -> finalized on the active install's snapshots (WF-3).
 
@@ -272,8 +292,9 @@ async def _revalidate(conn: Conn, input: OperatorActionInput, refresh: Refresh) 
     active = resolve_active(
         pack.manifest, pack.pack_install_id, row["action_slot_id"], row["destination_slot_id"]
     )
-    if not active.usable:
-        raise _refuse("the link's action or destination slot does not resolve in the active pack")
+    refused = refusal(link_snapshot(row), active, RestorePath.REVALIDATE_LINK)
+    if refused is not None:
+        raise _refuse(refused.message())
     restored = {
         "status": LinkStatus.FINALIZED.value,
         "suspend_reason": None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -16,11 +16,13 @@ from db import revalidation as q
 from db import revalidation_owner as owner_q
 from db import revalidation_scope as scope_q
 from db.records import Conn
+from protocol.active import resolve_active
 from protocol.audit import AuditCommand, AuditEntry
 from protocol.drift import INSTALL_REASONS, INSTALL_SURFACE_NAMES
 from protocol.link_row import LinkRowState
 from protocol.manifest import ManifestInvalid, PackManifest
 from protocol.manifest import parse_manifest as parse_pack_manifest
+from protocol.restore_rule import Refusal, RestorePath, active_slot_pairs, link_of_row, refusal
 from protocol.revalidation import RevalidationResult, RevalidationStatus
 from protocol.revalidation_manifest import Approval, RevalidationMember, build_manifest
 from protocol.states import LinkStatus
@@ -60,9 +62,11 @@ class OwnerResult(BaseModel):
     # and the first few keys.
     restored_count: int = 0
     restored: tuple[str, ...] = ()
-    # Finalized links whose action slot the install does not have: not revalidated here.
+    # Links G-4 leaves as they are (their slot is not in the install, or they have another
+    # fail-closed finding), each listed once, with why and what to do: how many, the first
+    # few. A skipped link is neither restored nor moved.
     skipped_count: int = 0
-    skipped: tuple[str, ...] = ()
+    skipped: tuple[Refusal, ...] = ()
     mapping_moves: int = 0
     # Links moved onto the install, each with a receipt, by the operations applied (one
     # per OWNER_CHUNK links, so any count fits Postgres's default lock table).
@@ -74,20 +78,50 @@ class OwnerResult(BaseModel):
 
 class _OwnerPlan(NamedTuple):
     members: list[RevalidationMember]
-    skipped: list[str]
+    skipped: list[Refusal]
     mapping_moves: int
+
+
+# A page's links mostly share one snapshot: G-4's classification is made once per distinct
+# one. Per-link columns are left out of the key (the remote id matters only to a changed
+# update path, `protocol.drift._same_route`); the page's rows share one parsed profile
+# snapshot per distinct text (db.revalidation.link_states_of), alive while the page is.
+_PER_LINK = frozenset(
+    {"link_key", "status", "source_record_id", "remote_id", "created_pack_install_id",
+     "last_mapping_revalidation_operation_id", "profile_snapshot"}
+)  # fmt: skip
+_SHARED = tuple(name for name in LinkRowState.model_fields if name not in _PER_LINK)
+
+
+def _judge(
+    pack: PackManifest, install_id: str, rows: Sequence[LinkRowState]
+) -> list[Refusal | None]:
+    """`protocol.restore_rule.refusal` of each row under the install, in order."""
+    cache: dict[tuple[object, ...], Refusal | None] = {}
+    judged: list[Refusal | None] = []
+    for row in rows:
+        action = pack.action_slot(row.action_slot_id)
+        route = None if action and action.update_path == row.update_path_template else row.remote_id
+        key = (*(getattr(row, name) for name in _SHARED), id(row.profile_snapshot), route)
+        if key not in cache:
+            active = resolve_active(pack, install_id, row.action_slot_id, row.destination_slot_id)
+            cache[key] = refusal(link_of_row(row), active, RestorePath.REVALIDATE_OWNER)
+        found = cache[key]
+        judged.append(
+            found if found is None else found.model_copy(update={"link_key": row.link_key})
+        )
+    return judged
 
 
 def _plan_rows(pack: PackManifest, install_id: str, rows: Sequence[LinkRowState]) -> _OwnerPlan:
     slots: SlotFingerprints = {}
     members: list[RevalidationMember] = []
-    skipped: list[str] = []
-    for row in rows:
-        produced = slot_fingerprints(slots, pack, install_id, row)
-        if produced is None:
-            skipped.append(row.link_key)
+    skipped: list[Refusal] = []
+    for row, refused in zip(rows, _judge(pack, install_id, rows), strict=True):
+        if refused is not None:
+            skipped.append(refused)
             continue
-        member = planned_member(produced, install_id, row)
+        member = planned_member(slot_fingerprints(slots, pack, install_id, row), install_id, row)
         if member.changes_nothing:
             continue
         members.append(member)
@@ -120,16 +154,19 @@ OWNER_CHUNK = 2000
 EXAMPLES = 5
 
 
-class _Keys:
-    """A count and the first few keys (bounded memory at any count)."""
+T = TypeVar("T")
+
+
+class _Keys(Generic[T]):
+    """A count and the first few (bounded memory at any count)."""
 
     def __init__(self) -> None:
         self.count = 0
-        self.examples: list[str] = []
+        self.examples: list[T] = []
 
-    def add(self, keys: Sequence[str]) -> None:
-        self.count += len(keys)
-        self.examples.extend(keys[: max(0, EXAMPLES - len(self.examples))])
+    def add(self, items: Sequence[T]) -> None:
+        self.count += len(items)
+        self.examples.extend(items[: max(0, EXAMPLES - len(self.examples))])
 
 
 async def revalidate_owner(
@@ -142,7 +179,9 @@ async def revalidate_owner(
        mapping move is refused unless asked for (nothing written).
     2. The install-only suspensions back to `finalized`, a page per transaction, link
        locks in link-key order, one audit entry each (their old install still fails
-       closed until 3).
+       closed until 3). G-4 (`protocol.restore_rule`) first: a link whose slot the
+       install lacks, or with another fail-closed finding, is neither restored (1-2) nor
+       moved (3); it is listed once, skipped, with its remedy.
     3. For each page of `OWNER_CHUNK` finalized links that move: the §9 manifest under the
        one approval, validated, then applied in one transaction with its receipts. A
        rejected page stops the run: the pages before it stay applied (and a re-run
@@ -153,7 +192,8 @@ async def revalidate_owner(
     suspended = await owner_q.install_suspended_link_states(
         conn, owner, list(INSTALL_REASONS), list(INSTALL_SURFACE_NAMES)
     )
-    moves = _plan_rows(pack, install_id, suspended).mapping_moves
+    waiting = _plan_rows(pack, install_id, suspended)
+    moves = waiting.mapping_moves
     async for page in _finalized_pages(conn, owner):
         moves += _plan_rows(pack, install_id, page).mapping_moves
     base = OwnerResult(
@@ -164,12 +204,19 @@ async def revalidate_owner(
     )
     if moves and not request.include_mapping_changes:
         return base.model_copy(update={"outcome": OwnerOutcome.MAPPING_CHANGES})
-    restored = _Keys()
-    keys = [row.link_key for row in suspended]
+    # G-4: a suspended link the rule refuses stays suspended, listed once (here), and so
+    # never reaches the finalized pages below.
+    skipped: _Keys[Refusal] = _Keys()
+    skipped.add(waiting.skipped)
+    refused = {r.link_key for r in waiting.skipped}
+    keys = [row.link_key for row in suspended if row.link_key not in refused]
+    del suspended, waiting, refused
+    restored: _Keys[str] = _Keys()
     for start in range(0, len(keys), OWNER_CHUNK):
-        restored.add(await _restore(conn, owner, keys[start : start + OWNER_CHUNK], approval))
-    del suspended, keys
-    skipped, moved = _Keys(), 0
+        chunk = keys[start : start + OWNER_CHUNK]
+        restored.add(await _restore(conn, (owner, install_id, pack), chunk, approval))
+    del keys
+    moved = 0
     operations: list[str] = []
     base_id = request.operation_id or owner_operation_id(install_id, now)
     rejected: RevalidationResult | None = None
@@ -225,13 +272,28 @@ async def _next_operation_id(conn: Conn, base: str, start: int) -> str:
     return f"{base}.{n}"
 
 
-async def _restore(conn: Conn, owner: str, keys: list[str], approval: Approval) -> list[str]:
+async def _restore(
+    conn: Conn, against: tuple[str, str, PackManifest], keys: list[str], approval: Approval
+) -> list[str]:
+    """Lift the install-change suspension of `keys` (judged restorable under the install
+    `against` names: owner, install id, manifest), in one transaction. The owner's pack lock
+    first (as `pack apply` and backfill take it), so no apply lands between the check and
+    the update, and the update itself restores only links whose two slots the install
+    still has (G-4, under any race)."""
     if not keys:
         return []
+    owner, install_id, pack = against
     who = (approval.approved_by, approval.reason)
     async with conn.transaction():
+        await packs_q.lock_owner_key(conn, owner)
+        current = await packs_q.select_active_install(conn, owner)
+        if current is None or current.pack_install_id != install_id:
+            raise PlanError(f"the active install of {owner!r} changed during the run; re-run")
         await scope_q.lock_link_keys(conn, keys)
-        moved = await owner_q.restore_install_suspended(conn, keys, list(INSTALL_REASONS), who)
+        guard = owner_q.RestoreGuard(install_id, *active_slot_pairs(pack))
+        moved = await owner_q.restore_install_suspended(
+            conn, keys, list(INSTALL_REASONS), who, guard
+        )
         entries = [
             AuditEntry(
                 operator=approval.approved_by,

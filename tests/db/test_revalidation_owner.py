@@ -11,12 +11,14 @@ from typing import Any
 import asyncpg
 import pytest
 
+from protocol.active import resolve_active
 from protocol.manifest import parse_manifest
 from protocol.revalidation_manifest import Approval
 from protocol.snapshots import ActionConfigSnapshot
 from services import revalidation as revalidation_activity
 from services import revalidation_owner
 from services.packs import apply_pack
+from services.patch import validated_values
 from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from tests.db import rows
 
@@ -44,8 +46,21 @@ def upgraded(document: dict[str, Any]) -> dict[str, Any]:
 async def link(
     conn: asyncpg.Connection, install: uuid.UUID, fp: dict[str, object], slot: str = "action-1"
 ) -> str:
-    """A finalized link under `install` carrying the fingerprints `fp`."""
+    """A finalized link under `install` carrying the fingerprints `fp`, frozen as a create
+    under `install` freezes it (names, profile and paths: G-4 compares them)."""
+    manifest = await conn.fetchval(
+        "SELECT manifest FROM pack_install WHERE pack_install_id = $1", install
+    )
+    pack = parse_manifest(json.loads(manifest) if isinstance(manifest, str) else manifest)
+    active = resolve_active(pack, str(install), pack.action_slots[0].id)
+    frozen = validated_values(active)
+    frozen["profile_snapshot"] = json.dumps(frozen["profile_snapshot"])
+    del frozen["last_validated_pack_install_id"]
     key = await rows.insert_link(conn, install, columns={"action_slot_id": slot})
+    columns = ", ".join(f"{name} = ${i}" for i, name in enumerate(frozen, start=2))
+    await conn.execute(
+        f"UPDATE connector_remote_link SET {columns} WHERE link_key = $1", key, *frozen.values()
+    )
     await conn.execute(
         "UPDATE connector_remote_link SET mapping_fingerprint = $2, body_fingerprint = $3 "
         "WHERE link_key = $1",
@@ -141,7 +156,7 @@ async def test_a_mapping_move_is_refused_unless_asked_for(db_pool: asyncpg.Pool)
         moved = await run(conn, include_mapping_changes=True)
         row = await conn.fetchrow("SELECT * FROM connector_remote_link WHERE link_key = $1", key)
     assert moved.outcome is OwnerOutcome.APPLIED and moved.moved == 1
-    assert moved.skipped == (other,)
+    assert [r.link_key for r in moved.skipped] == [other]
     assert (
         row is not None and row["mapping_fingerprint"] == fingerprints(wider)["mapping_fingerprint"]
     )
