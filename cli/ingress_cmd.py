@@ -25,6 +25,25 @@ ConfigOption = Annotated[
 ]
 
 
+BreakGlassOption = Annotated[
+    bool,
+    typer.Option(
+        "--break-glass-ack-drop",
+        help=(
+            "Incident only (ING-2'): let a production policy name ack_drop_endpoints, which"
+            " answer 204 and drop events on internal failures; logged while it serves"
+            " (also $CONNECTOR_PUSH_INGRESS_BREAK_GLASS_ACK_DROP=1)."
+        ),
+    ),
+]
+
+
+def _break_glass(flag: bool) -> bool:
+    from ingress.config import PolicyLocation
+
+    return flag or PolicyLocation().break_glass_ack_drop
+
+
 def _policy_path(option: Path | None) -> Path:
     from ingress.config import PolicyLocation
 
@@ -34,13 +53,13 @@ def _policy_path(option: Path | None) -> Path:
     return path
 
 
-def _read_policy(path: Path) -> IngressPolicy:
+def _read_policy(path: Path, break_glass: bool) -> IngressPolicy:
     """The policy file parsed and validated; anything wrong with it exits 2, one line."""
     from ingress.config import ConfigError, parse_policy
 
     text = read_text_file(path, "the YAML policy")
     try:
-        return parse_policy(text)
+        return parse_policy(text, break_glass_ack_drop=break_glass)
     except ConfigError as exc:
         bad_input(f"{path}: {' '.join(str(exc).split())}")
     except RecursionError:
@@ -51,6 +70,10 @@ def _print_readback(data: dict[str, object]) -> None:
     console = Console()
     console.print(f"profile: {data['profile']}", highlight=False)
     console.print(f"ack_drop_endpoints: {data['ack_drop_endpoints']}", highlight=False)
+    if data["break_glass_ack_drop"]:
+        console.print(
+            f"BREAK-GLASS ack-drop in production: {data['break_glass_ack_drop']}", highlight=False
+        )
     console.print(f"workflow_action_mode: {data['workflow_action_mode']}", highlight=False)
     console.print(
         f"head_timeout_ms: {data['head_timeout_ms']}  max_connections: {data['max_connections']}",
@@ -92,21 +115,29 @@ def register(app: typer.Typer) -> None:
     ingress_app = typer.Typer(help="Webhook and workflow-action ingress (SPEC §11).")
 
     @ingress_app.callback(invoke_without_command=True)
-    def ingress_command(ctx: typer.Context, config: ConfigOption = None) -> None:
+    def ingress_command(
+        ctx: typer.Context,
+        config: ConfigOption = None,
+        break_glass_ack_drop: BreakGlassOption = False,
+    ) -> None:
         """Serve the ingress (needs DATABASE_URL and the secrets the policy names)."""
-        ctx.obj = config
+        ctx.obj = (config, break_glass_ack_drop)
         if ctx.invoked_subcommand is None:  # `readback` needs none of the server's imports
             from ingress.admission import DatabaseUrlUnreadable
             from ingress.config import ConfigError, IngressSettings, refuse_shared_save_api_keys
             from ingress.server import serve
 
             path = _policy_path(config)
-            policy = _read_policy(path)  # a bad file is bad input (exit 2), as for `readback`
+            break_glass = _break_glass(break_glass_ack_drop)
+            # a bad file is bad input (exit 2), as for `readback`
+            policy = _read_policy(path, break_glass)
             try:
                 refuse_shared_save_api_keys(policy, os.environ)
             except ConfigError as exc:
                 bad_input(f"{path}: {exc}")
             settings = load_settings(IngressSettings)
+            if break_glass:  # the flag on the command line: serve (and its processes) use it
+                settings = settings.model_copy(update={"break_glass_ack_drop": True})
             try:
                 serve(path, settings)
             except DatabaseUrlUnreadable as exc:
@@ -123,8 +154,9 @@ def register(app: typer.Typer) -> None:
         """Print the active endpoint policy (modes, schemes, limits); never secret values."""
         from ingress.config import ConfigError, readback
 
-        path = _policy_path(config or ctx.obj)
-        policy = _read_policy(path)
+        given, break_glass_ack_drop = ctx.obj
+        path = _policy_path(config or given)
+        policy = _read_policy(path, _break_glass(break_glass_ack_drop))
         try:
             data = readback(policy, os.environ)
         except ConfigError as exc:

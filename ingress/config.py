@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError
@@ -17,11 +18,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from protocol.ingress_policy import (
     BATCH_RULE,
+    BREAK_GLASS_ACK_DROP,
     Endpoint,
     IngressPolicy,
     WebhookEndpoint,
     and_list,
 )
+
+BREAK_GLASS_ENV: Final = "CONNECTOR_PUSH_INGRESS_BREAK_GLASS_ACK_DROP"
 
 
 class ConfigError(Exception):
@@ -34,6 +38,9 @@ class PolicyLocation(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     config: Path | None = Field(default=None, validation_alias="CONNECTOR_PUSH_INGRESS_CONFIG")
+    # ING-2': the incident flag that lets a production policy name ack-drop endpoints
+    # (`--break-glass-ack-drop` on the command line); logged at start, shown by readback.
+    break_glass_ack_drop: bool = Field(default=False, validation_alias=BREAK_GLASS_ENV)
 
 
 class IngressSettings(PolicyLocation):
@@ -88,10 +95,12 @@ class IngressConfig:
         return next(e for e in self.policy.endpoints if e.name == name)
 
 
-def parse_policy(text: str) -> IngressPolicy:
-    """Validate policy YAML; errors name the offending key, never the value found there."""
+def parse_policy(text: str, *, break_glass_ack_drop: bool = False) -> IngressPolicy:
+    """Validate policy YAML; errors name the offending key, never the value found there.
+    `break_glass_ack_drop`: the process runs with the incident flag (ING-2')."""
+    context = {BREAK_GLASS_ACK_DROP: break_glass_ack_drop}
     try:
-        return IngressPolicy.model_validate(yaml.safe_load(text))
+        return IngressPolicy.model_validate(yaml.safe_load(text), context=context)
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid ingress policy: {_yaml_problem(exc)}") from None
     except ValidationError as exc:
@@ -147,9 +156,13 @@ def _secret(environ: Mapping[str, str], variable: str, owner: str) -> SecretStr:
     return SecretStr(value)
 
 
-def load_config(path: Path, environ: Mapping[str, str] | None = None) -> IngressConfig:
+def load_config(
+    path: Path, environ: Mapping[str, str] | None = None, *, break_glass_ack_drop: bool = False
+) -> IngressConfig:
     """Load the policy file and its secrets (from `os.environ` unless given)."""
-    policy = parse_policy(path.read_text(encoding="utf-8"))
+    policy = parse_policy(
+        path.read_text(encoding="utf-8"), break_glass_ack_drop=break_glass_ack_drop
+    )
     environ = os.environ if environ is None else environ
     return IngressConfig(
         policy, resolve_secrets(policy, environ), resolve_save_api_keys(policy, environ)
@@ -200,6 +213,8 @@ def readback(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, obj
     return {
         "profile": policy.profile.value,
         "ack_drop_endpoints": None if ack_drop is None else sorted(ack_drop),
+        # ING-2': production endpoints dropping under the break-glass flag (normally none)
+        "break_glass_ack_drop": sorted(policy.break_glass_ack_drop),
         "workflow_action_mode": policy.workflow_action_mode.value,
         "head_timeout_ms": policy.head_timeout_ms,
         "max_connections": policy.max_connections,

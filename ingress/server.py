@@ -34,13 +34,14 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ingress.admission import check_database_url
 from ingress.app import create_app
-from ingress.config import ConfigError, IngressSettings, load_config
+from ingress.config import BREAK_GLASS_ENV, ConfigError, IngressSettings, load_config
 from ingress.errors import OVER_CAPACITY_EXTENSION
 from protocol.ingress_policy import IngressPolicy
 
 # Set in the extra processes `serve` starts (to the starting process's pid), so they
 # serve and start no others, and end with the process that started them.
 CHILD_ENV: Final = "CONNECTOR_PUSH_INGRESS_CHILD"
+logger = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
 STOP_TIMEOUT_S: Final = 10.0
 UVICORN_LIMIT_FACTOR: Final = 2
@@ -130,8 +131,12 @@ def bind(host: str, port: int, *, shared: bool) -> socket.socket:
     return sock
 
 
-def _start_siblings(config_path: Path, count: int) -> list[subprocess.Popen[bytes]]:
+def _start_siblings(
+    config_path: Path, count: int, break_glass: bool
+) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, CHILD_ENV: str(os.getpid())}
+    if break_glass:  # given on the command line: the extra processes load the same policy
+        env[BREAK_GLASS_ENV] = "1"
     command = [sys.executable, "-m", "ingress", str(config_path)]
     return [subprocess.Popen(command, env=env) for _ in range(count)]
 
@@ -143,8 +148,9 @@ def serve(config_path: Path | None = None, settings: IngressSettings | None = No
     path = config_path or settings.config
     if path is None:
         raise ConfigError("no ingress policy: pass --config or set CONNECTOR_PUSH_INGRESS_CONFIG")
-    config = load_config(path)
+    config = load_config(path, break_glass_ack_drop=settings.break_glass_ack_drop)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    warn_break_glass(config.policy)
     check_database_url(settings.database_url.get_secret_value())
     app = create_app(
         config, settings.database_url.get_secret_value(), temporal=settings.temporal_target()
@@ -154,7 +160,11 @@ def serve(config_path: Path | None = None, settings: IngressSettings | None = No
         _end_with(int(parent))
     shared = parent is not None or settings.processes > 1
     sock = bind(settings.host, settings.port, shared=shared)
-    siblings = [] if parent is not None else _start_siblings(path, settings.processes - 1)
+    siblings = (
+        []
+        if parent is not None
+        else _start_siblings(path, settings.processes - 1, settings.break_glass_ack_drop)
+    )
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit_after_graceful_shutdown)
     try:
@@ -163,6 +173,20 @@ def serve(config_path: Path | None = None, settings: IngressSettings | None = No
         for sibling in siblings:
             _stop(sibling)
         sock.close()
+
+
+def warn_break_glass(policy: IngressPolicy) -> None:
+    """ING-2': production endpoints dropping events is an incident action; say so loudly,
+    in every process, for as long as it serves."""
+    dropping = policy.break_glass_ack_drop
+    if dropping:
+        logger.warning(
+            "BREAK-GLASS ack-drop in production (ING-2'): %s answer 204 and drop the event on "
+            "an internal failure; restart without --break-glass-ack-drop / %s when the "
+            "incident is over",
+            ", ".join(sorted(dropping)),
+            BREAK_GLASS_ENV,
+        )
 
 
 def _exit_after_graceful_shutdown(signum: int, frame: FrameType | None) -> NoReturn:

@@ -5,8 +5,10 @@ Rules kept in this module:
 2. Secrets appear here only as the *name* of the environment variable holding
    them; the value is resolved by the ingress process and held as `SecretStr`.
 3. `retry` is the default mode. An endpoint drops (`ack_drop`) only if it is
-   named in `ack_drop_endpoints`, and the production profile refuses to load
-   unless that set is written out explicitly (it may be empty).
+   named in `ack_drop_endpoints`. The production profile refuses to load unless
+   that set is written out and empty (ING-2'): dropping in production is a
+   break-glass incident action, allowed only when the process is started with the
+   explicit flag (passed in as validation context, never read from the file).
 4. Legacy signature schemes (v1, v2: no timestamp, no replay protection) load
    only where the endpoint opts in with `allow_legacy_signature`.
 5. The server itself is bounded too: the time to receive a request head and the
@@ -22,7 +24,15 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Final, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from protocol.event_identity import CompositeIdentityRule, IdentityRule, LegacyIdentityRule
 from protocol.save_api import SaveApiPolicy
@@ -31,6 +41,12 @@ _NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _ENV_PATTERN: Final = r"^[A-Z_][A-Z0-9_]{0,127}$"
 _HEADER_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9-]*$"  # an HTTP header field name
 _DURATION: Final = TypeAdapter(timedelta)
+# Validation context key: the process was started with the break-glass ack-drop flag.
+BREAK_GLASS_ACK_DROP: Final = "break_glass_ack_drop"
+# The flag's two spellings, named in the refusal (the ingress reads them, not this module).
+BREAK_GLASS_SETTING: Final = (
+    "--break-glass-ack-drop (or CONNECTOR_PUSH_INGRESS_BREAK_GLASS_ACK_DROP=1)"
+)
 
 
 class Profile(StrEnum):
@@ -200,7 +216,8 @@ Endpoint = Annotated[WebhookEndpoint | WorkflowActionEndpoint, Field(discriminat
 
 class IngressPolicy(_Strict):
     profile: Profile = Profile.DEVELOPMENT
-    # None means "not written out": refused by the production profile.
+    # None means "not written out": refused by the production profile, as is a
+    # non-empty set unless the process runs with the break-glass flag (ING-2').
     ack_drop_endpoints: frozenset[str] | None = None
     workflow_action_mode: WorkflowActionMode = WorkflowActionMode.DISABLED
     endpoints: tuple[Endpoint, ...]
@@ -215,19 +232,42 @@ class IngressPolicy(_Strict):
     max_connections: Annotated[int, Field(gt=0, le=100_000)] = 1_000
 
     @model_validator(mode="after")
-    def _consistent(self) -> Self:
+    def _consistent(self, info: ValidationInfo) -> Self:
         names = [e.name for e in self.endpoints]
         paths = [e.path for e in self.endpoints]
         if len(set(names)) != len(names) or len(set(paths)) != len(paths):
             raise ValueError("endpoint names and paths must be unique")
-        if self.profile is Profile.PRODUCTION and self.ack_drop_endpoints is None:
-            raise ValueError("production profile requires ack_drop_endpoints (it may be [])")
+        if self.profile is Profile.PRODUCTION:
+            self._production_drops_nothing(bool((info.context or {}).get(BREAK_GLASS_ACK_DROP)))
         webhooks = {e.name for e in self.endpoints if isinstance(e, WebhookEndpoint)}
         unknown = (self.ack_drop_endpoints or frozenset()) - webhooks
         if unknown:
             raise ValueError(f"ack_drop_endpoints names no webhook endpoint: {sorted(unknown)}")
         self._one_key_variable_per_client()
         return self
+
+    def _production_drops_nothing(self, break_glass: bool) -> None:
+        """ING-2' (seed 004 L2): in production every endpoint answers a retryable 503 on an
+        internal failure; the set must be written out, and empty but under break-glass."""
+        if self.ack_drop_endpoints is None:
+            raise ValueError(
+                "production profile requires ack_drop_endpoints: [] (the key is missing)"
+            )
+        if self.ack_drop_endpoints and not break_glass:
+            # The count, not the names: a value pasted into the set is not echoed.
+            count = len(self.ack_drop_endpoints)
+            raise ValueError(
+                f"production profile requires ack_drop_endpoints to be empty (it names {count}"
+                " endpoint(s)): ack-drop in production is a break-glass incident action, "
+                f"started only with {BREAK_GLASS_SETTING}"
+            )
+
+    @property
+    def break_glass_ack_drop(self) -> frozenset[str]:
+        """The endpoints dropping in production: loaded only under break-glass (ING-2')."""
+        if self.profile is Profile.PRODUCTION:
+            return self.ack_drop_endpoints or frozenset()
+        return frozenset()
 
     def _one_key_variable_per_client(self) -> None:
         """Rule 6: a bearer key identifies one client (its idempotency scope); clients that
@@ -257,6 +297,8 @@ def and_list(names: list[str]) -> str:
 
 __all__ = [
     "BATCH_RULE",
+    "BREAK_GLASS_ACK_DROP",
+    "BREAK_GLASS_SETTING",
     "ActionPolicy",
     "ActionRule",
     "CompositeIdentityRule",
