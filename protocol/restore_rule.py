@@ -175,7 +175,7 @@ def adoption_refusal(active: ActiveMetadata) -> Refusal | None:
 
 def revalidated_link(link: LinkSnapshot, active: ActiveMetadata) -> LinkSnapshot:
     """The link as `revalidate-link` leaves it: the active install's names, profile and
-    paths, its own fingerprints (services.patch.validated_values, in snapshot form)."""
+    paths, its own fingerprints (services.patch.plan.validated_values, in snapshot form)."""
     paths = active.action_snapshot()
     return link.model_copy(
         update={

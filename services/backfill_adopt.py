@@ -39,7 +39,7 @@ from protocol.errors import MirrorStatus
 from protocol.identity import ACTION_TYPE
 from protocol.restore_rule import adoption_refusal
 from protocol.states import LinkStatus
-from services.patch import validated_values
+from services.patch.plan import validated_values
 
 
 class ActivePackChanged(Exception):

@@ -41,7 +41,7 @@ from services.evidence import (
 )
 from services.mirror import finalize_with_mirror
 from services.packs import get_active_pack
-from services.patch import validated_values
+from services.patch.plan import validated_values
 from services.rows import attempt_snapshot, jsonb, link_snapshot, request_of
 
 ViewFn = Callable[[Conn, str], Awaitable[LinkView]]

@@ -9,7 +9,7 @@ import asyncpg
 import httpx
 
 from activities.action_callback import ActionCallbackActivities
-from activities.hooks import DispatchHooks
+from services.dispatch_hooks import DispatchHooks
 from activities.inbound import InboundActivities
 from activities.link import LinkActivities
 from activities.link_ops import LinkOpsActivities

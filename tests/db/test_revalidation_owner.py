@@ -18,7 +18,7 @@ from protocol.snapshots import ActionConfigSnapshot
 from services import revalidation as revalidation_activity
 from services import revalidation_owner
 from services.packs import apply_pack
-from services.patch import validated_values
+from services.patch.plan import validated_values
 from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult, revalidate_owner
 from tests.db import rows
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import pytest
 
-from activities.hooks import DispatchHooks
+from services.dispatch_hooks import DispatchHooks
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import Stack
 from tests.e2e.patch_support import Doc, apply_edit

@@ -22,7 +22,7 @@ import yaml
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.hooks import DispatchHooks
+from services.dispatch_hooks import DispatchHooks
 from protocol.admission import AdmissionDecision, SaveRequest
 from protocol.identity import link_key
 from sandbox.client import SandboxClient

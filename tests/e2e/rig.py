@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from activities.hooks import DispatchHooks
+from services.dispatch_hooks import DispatchHooks
 from cli.stack.devconfig import load_dev_config
 from cli.stack.process import free_port
 from cli.stack.temporal import TemporalDevServer

@@ -20,7 +20,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowHandle
 
-from activities.hooks import DispatchHooks
+from services.dispatch_hooks import DispatchHooks
 from protocol.admission import CreateReserved, ObservedActiveAttempt
 from protocol.messages import ReconcileInput
 from sandbox.faults import FaultRuleSpec

@@ -16,7 +16,7 @@ from typing import Any, cast
 import asyncpg
 import pytest
 
-from activities.hooks import DispatchHooks
+from services.dispatch_hooks import DispatchHooks
 from cli.link_views import key_view
 from protocol.admission import PatchQueued
 from protocol.messages import LinkView

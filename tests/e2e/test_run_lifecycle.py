@@ -33,7 +33,7 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
-from activities.hooks import DispatchHooks
+from services.dispatch_hooks import DispatchHooks
 from bench.actions import billable_actions
 from protocol.admission import PatchQueued
 from protocol.messages import LinkWorkflowInput

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from activities.hooks import DispatchHooks
+from services.dispatch_hooks import DispatchHooks
 from db.journal import checkpoint_patch
 from db.links import lock_link_key
 from db.relay import links_with_pending_work
@@ -28,7 +28,7 @@ from protocol.identity import link_key
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services.admission import admit_save
-from services.patch import plan_patch
+from services.patch.claim import claim_queued
 from services.record_loader import load_records, parse_records_document
 from services.wake import wake_link
 from tests.e2e.conftest import OWNER, Stack, contact_key
@@ -299,7 +299,7 @@ async def _abandoned_patch(stack: Stack, key: str, save: SaveRequest, *, checkpo
     assert isinstance(decision, PatchQueued), decision
     async with stack.pool.acquire() as conn, conn.transaction():
         await lock_link_key(conn, key)
-        plan = await plan_patch(conn, key)
+        plan = await claim_queued(conn, key)
     assert plan is not None and plan.journal_id is None
     if checkpoint:
         async with stack.pool.acquire() as conn:

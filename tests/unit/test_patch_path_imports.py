@@ -1,8 +1,8 @@
 """V-6 (seed 000 lines 542-547, SPEC §9 REV-3): PATCH never reads the receipt table.
 
 "History lives only in `_System_ConnectorPushLinkRevalidationReceipt`; PATCH never
-reads that table." The PATCH path is its operation and activity (services/patch.py,
-activities/patch_dispatch.py), its gates (protocol/gates.py) and its queries
+reads that table." The PATCH path is its steps and activity (services/patch/,
+activities/link_ops.py), its gates (protocol/gates.py) and its queries
 (db/patches.py), with every module of ours they import, at any depth and from any
 scope (a function-level import counts). None of those modules may name the receipt
 table or import the revalidation modules that read it. The schema half of the
@@ -29,7 +29,17 @@ OURS = frozenset(
         "connector_push_client",
     }
 )
-PATCH_PATH = ("services.patch", "activities.patch_dispatch", "protocol.gates", "db.patches")
+PATCH_PATH = (
+    "services.patch.dispatch",
+    "services.patch.plan",
+    "services.patch.claim",
+    "services.patch.send",
+    "services.patch.answer",
+    "services.patch.apply",
+    "activities.link_ops",
+    "protocol.gates",
+    "db.patches",
+)
 RECEIPT_TABLE = "connector_link_revalidation_receipt"
 # The modules that read or write receipts (bulk revalidation, SPEC §9). The pure
 # protocol.revalidation (receipt models, digests) does no I/O, so it cannot read one.

@@ -22,6 +22,7 @@ FORBIDDEN = (
     "services.record_store",
     "services.record_loader",
     "activities.link",
+    "services.create",
     "services.patch",
     "services.mirror",
     "services.admission",
