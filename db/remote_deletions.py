@@ -29,6 +29,12 @@ WHERE target_object = $1 AND remote_id = $2 AND remote_scope = $3
 ORDER BY recorded_at, event_id
 """
 
+# Which of these remote ids of one target object and scope have a recorded deletion.
+DELETED_IDS: Final = """
+SELECT DISTINCT remote_id FROM connector_remote_deletion
+WHERE target_object = $1 AND remote_scope = $2 AND remote_id = ANY($3::text[])
+"""
+
 # The deletions of the object each link points at (links with no remote id name none).
 OF_LINKS: Final = """
 SELECT l.link_key, d.event_id, d.target_object, d.remote_scope, d.remote_id, d.event_type,
@@ -57,6 +63,16 @@ async def of_object(
     """Every recorded deletion of one remote object, oldest first."""
     rows = await conn.fetch(OF_OBJECT, target_object, remote_id, remote_scope)
     return [_deletion(row) for row in rows]
+
+
+async def deleted_ids(
+    conn: Conn, target_object: str, remote_scope: str, remote_ids: list[str]
+) -> frozenset[str]:
+    """The ids among `remote_ids` (of one target object and scope) reported deleted."""
+    if not remote_ids:
+        return frozenset()
+    rows = await conn.fetch(DELETED_IDS, target_object, remote_scope, remote_ids)
+    return frozenset(row["remote_id"] for row in rows)
 
 
 async def of_links(conn: Conn, link_keys: list[str]) -> dict[str, list[RemoteDeletion]]:

@@ -46,6 +46,8 @@ class RejectReason(StrEnum):
     REMOTE_ID_CLAIMED_TWICE = "remote_id_claimed_twice"
     # G-4 (protocol.restore_rule): the adopted link could not work under the active pack.
     NOT_ADOPTABLE_UNDER_ACTIVE_PACK = "not_adoptable_under_active_pack"
+    # G-8: the remote reported this object deleted (a recorded deletion event).
+    REMOTE_OBJECT_DELETED = "remote_object_deleted"
 
 
 class ProvenanceFormat(StrEnum):

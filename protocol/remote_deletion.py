@@ -53,11 +53,15 @@ DELETED_OBJECT_REMEDY: Final = {
 }
 
 
+def deletion_fact(deletion: RemoteDeletion) -> str:
+    """What was deleted, and the event that says so."""
+    return (
+        f"{deletion.target_object} {deletion.remote_id} in {deletion.remote_scope}"
+        f" was deleted at the remote (event {deletion.event_id} on {deletion.endpoint}, recorded"
+        f" {deletion.recorded_at.isoformat(timespec='seconds')}; G-8)"
+    )
+
+
 def deleted_object_refusal(verb: str, deletion: RemoteDeletion) -> str:
     """One line: why `verb` refuses to tie a link to an object reported deleted."""
-    return (
-        f"not {verb}: {deletion.target_object} {deletion.remote_id} in {deletion.remote_scope}"
-        f" was deleted at the remote (event {deletion.event_id} on {deletion.endpoint}, recorded"
-        f" {deletion.recorded_at.isoformat(timespec='seconds')}; G-8): "
-        f"{DELETED_OBJECT_REMEDY[verb]}; nothing changed"
-    )
+    return f"not {verb}: {deletion_fact(deletion)}: {DELETED_OBJECT_REMEDY[verb]}; nothing changed"

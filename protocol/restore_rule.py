@@ -52,6 +52,8 @@ class RestorePath(StrEnum):
 class Blocker(StrEnum):
     SLOT_NOT_IN_ACTIVE_PACK = "slot_not_in_active_pack"
     FAIL_CLOSED_FINDING = "fail_closed_finding"
+    # G-8: the remote reported the link's object deleted (a recorded deletion event).
+    REMOTE_OBJECT_DELETED = "remote_object_deleted"
 
 
 # The fail-closed surfaces each path settles itself, so a finding on them does not refuse.
@@ -81,6 +83,9 @@ REMEDIES: Final[dict[tuple[RestorePath, Blocker], str]] = {
     ),
     (RestorePath.REVALIDATE_LINK, Blocker.FAIL_CLOSED_FINDING): (
         "revalidation does not settle this; apply a pack that matches the link again, " + _RETIRE
+    ),
+    (RestorePath.REVALIDATE_OWNER, Blocker.REMOTE_OBJECT_DELETED): (
+        "check the event (`links show KEY`); the link's object is gone: " + _RETIRE
     ),
     (RestorePath.RECONCILE, Blocker.SLOT_NOT_IN_ACTIVE_PACK): (
         "the attempt stays ambiguous_remote_effect with its evidence; apply a pack that "
@@ -142,6 +147,11 @@ def refusal(
         return None
     detail = "fail-closed drift " + "; ".join(f"{f.surface.value} ({f.detail})" for f in closed)
     return _refused(snapshot.link_key, path, Blocker.FAIL_CLOSED_FINDING, detail)
+
+
+def deleted_refusal(key: str, path: RestorePath, detail: str) -> Refusal:
+    """G-8: the link's remote object was reported deleted; `detail` names the event."""
+    return _refused(key, path, Blocker.REMOTE_OBJECT_DELETED, detail)
 
 
 def _refused(key: str, path: RestorePath, blocker: Blocker, detail: str) -> Refusal:

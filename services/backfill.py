@@ -198,7 +198,7 @@ async def stream_backfill(
             async for page in _pages(conn, source, batch_size):
                 items = prepare((slot.backfill, r) for r in page)
                 decided = decide_batch(items, await stored_facts(conn, items), claimed_twice)
-                done(refuse_adoptions(decided, slot), len(page))
+                done(await refuse_adoptions(conn, decided, slot), len(page))
         else:
             async for ids in _id_pages(conn, source, batch_size):
                 args = (pack.pack_install_id, slot, ids, claimed_twice, apply_at)

@@ -22,6 +22,7 @@ from db import backfill as q
 from db import link_batches as batches_q
 from db import links as links_q
 from db import packs as packs_q
+from db import remote_deletions as deletions_q
 from db.errors import RemoteLocatorClaimedError, invariant_errors
 from db.records import Conn
 from protocol.active import ActiveMetadata
@@ -82,8 +83,8 @@ async def apply_page(
         await batches_q.lock_link_keys(conn, sorted({k for _, _, ks in known.values() for k in ks}))
         fresh = await q.records_by_id(conn, bf.source_object, record_ids)
         items = prepare(((bf, r) for r in fresh), known)
-        decided = refuse_adoptions(
-            decide_batch(items, await stored_facts(conn, items), claimed_twice), slot
+        decided = await refuse_adoptions(
+            conn, decide_batch(items, await stored_facts(conn, items), claimed_twice), slot
         )
         if not any(d.outcome is Outcome.ADOPTABLE for d in decided):
             return decided  # G-4 may have refused them all: nothing to freeze or write
@@ -93,20 +94,45 @@ async def apply_page(
         return [await _adopt(conn, slot, d, stamp, shared) for d in decided]
 
 
-def refuse_adoptions(decided: Sequence[RecordDecision], slot: AdoptSlot) -> list[RecordDecision]:
+async def refuse_adoptions(
+    conn: Conn, decided: Sequence[RecordDecision], slot: AdoptSlot
+) -> list[RecordDecision]:
     """G-4: when the link adopted for `slot` could not work under the active pack, each
-    adoptable record is rejected instead, with the reason and the remedy (plan and apply
-    alike); nothing is written for it."""
+    adoptable record is rejected instead, with the reason and the remedy; G-8: so is one
+    whose remote object the remote reported deleted. Plan and apply alike; nothing is
+    written for a rejected record."""
     refused = adoption_refusal(slot.active)
-    if refused is None:
-        return list(decided)
-    R = RejectReason.NOT_ADOPTABLE_UNDER_ACTIVE_PACK
+    if refused is not None:
+        reason, detail = RejectReason.NOT_ADOPTABLE_UNDER_ACTIVE_PACK, refused.message()
+        return [_rejected(d, reason, detail) if _adoptable(d) else d for d in decided]
+    bf = slot.backfill
+    target = slot.active.require()[1].target_object
+    ids = sorted({d.remote_id for d in decided if _adoptable(d) and d.remote_id is not None})
+    deleted = await deletions_q.deleted_ids(conn, target, bf.remote_scope, ids)
     return [
-        d.model_copy(update={"outcome": Outcome.REJECTED, "reason": R, "detail": refused.message()})
-        if d.outcome is Outcome.ADOPTABLE
+        _rejected(d, RejectReason.REMOTE_OBJECT_DELETED, _deleted_detail(target, d))
+        if _adoptable(d) and d.remote_id in deleted
         else d
         for d in decided
     ]
+
+
+def _adoptable(decision: RecordDecision) -> bool:
+    return decision.outcome is Outcome.ADOPTABLE
+
+
+def _rejected(decision: RecordDecision, reason: RejectReason, detail: str) -> RecordDecision:
+    return decision.model_copy(
+        update={"outcome": Outcome.REJECTED, "reason": reason, "detail": detail}
+    )
+
+
+def _deleted_detail(target: str, decision: RecordDecision) -> str:
+    return (
+        f"{target} {decision.remote_id} was reported deleted by the remote (G-8; "
+        "`connector-push links show` lists the event): clear the record's mirror pair, "
+        "then its next save creates anew"
+    )
 
 
 def _adopted(decision: RecordDecision) -> RecordDecision:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from db import audit as audit_q
 from db import packs as packs_q
+from db import remote_deletions as deletions_q
 from db import revalidation as q
 from db import revalidation_owner as owner_q
 from db import revalidation_scope as scope_q
@@ -22,7 +23,15 @@ from protocol.drift import INSTALL_REASONS, INSTALL_SURFACE_NAMES
 from protocol.link_row import LinkRowState
 from protocol.manifest import ManifestInvalid, PackManifest
 from protocol.manifest import parse_manifest as parse_pack_manifest
-from protocol.restore_rule import Refusal, RestorePath, active_slot_pairs, link_of_row, refusal
+from protocol.remote_deletion import RemoteDeletion, deletion_fact
+from protocol.restore_rule import (
+    Refusal,
+    RestorePath,
+    active_slot_pairs,
+    deleted_refusal,
+    link_of_row,
+    refusal,
+)
 from protocol.revalidation import RevalidationResult, RevalidationStatus
 from protocol.revalidation_manifest import Approval, RevalidationMember, build_manifest
 from protocol.states import LinkStatus
@@ -211,6 +220,7 @@ async def revalidate_owner(
     refused = {r.link_key for r in waiting.skipped}
     keys = [row.link_key for row in suspended if row.link_key not in refused]
     del suspended, waiting, refused
+    keys = await _without_deleted_objects(conn, keys, skipped)
     restored: _Keys[str] = _Keys()
     for start in range(0, len(keys), OWNER_CHUNK):
         chunk = keys[start : start + OWNER_CHUNK]
@@ -254,6 +264,23 @@ async def revalidate_owner(
             "rejected": rejected,
         }
     )
+
+
+async def _without_deleted_objects(
+    conn: Conn, keys: list[str], skipped: _Keys[Refusal]
+) -> list[str]:
+    """G-8: a suspended link whose remote object the remote reported deleted stays
+    suspended, listed once as skipped naming the event; the other keys, in order."""
+    deleted: dict[str, list[RemoteDeletion]] = {}
+    for start in range(0, len(keys), OWNER_CHUNK):
+        deleted.update(await deletions_q.of_links(conn, keys[start : start + OWNER_CHUNK]))
+    skipped.add(
+        [
+            deleted_refusal(key, RestorePath.REVALIDATE_OWNER, deletion_fact(found[0]))
+            for key, found in deleted.items()
+        ]
+    )
+    return [key for key in keys if key not in deleted]
 
 
 async def _finalized_pages(conn: Conn, owner: str) -> AsyncIterator[list[LinkRowState]]:

@@ -8,7 +8,7 @@ import asyncpg
 
 from protocol.active import resolve_active
 from protocol.backfill_facts import Outcome, RejectReason
-from services.backfill import apply_backfill, load_slots
+from services.backfill import apply_backfill, load_slots, plan_backfill
 from services.backfill_adopt import AdoptSlot, apply_page
 from services.packs import apply_pack
 from tests.db.backfill_support import MARKER, NOW, PROV, RID, SLOT, demo, put, written
@@ -58,3 +58,31 @@ async def test_g4_adoption_under_the_active_slot_still_adopts(db_pool: asyncpg.P
         await put(conn, "c-1", {RID: "r-1", PROV: MARKER})
         report = await apply_backfill(conn, "demo-owner", [SLOT], now=NOW)
     assert [d.outcome for d in report.decisions] == [Outcome.ADOPTED]
+
+
+async def test_g8_adoption_refuses_an_object_the_remote_reported_deleted(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """G-8: a legacy record whose mirror names an object the remote reported deleted (a
+    recorded deletion event, kept whatever the link's state, and with no link) is not
+    adopted, in plan and apply alike; the other record is."""
+    async with db_pool.acquire() as conn:
+        await apply_pack(conn, demo())
+        await put(conn, "c-1", {RID: "r-1", PROV: MARKER})
+        await put(conn, "c-2", {RID: "r-2", PROV: MARKER})
+        _, slots = await load_slots(conn, "demo-owner")
+        scope = slots[SLOT].backfill.remote_scope
+        await conn.execute(
+            "INSERT INTO connector_remote_deletion (event_id, target_object, remote_scope,"
+            " remote_id, event_type, endpoint) VALUES ('evt-1', 'contacts', $1, 'r-1',"
+            " 'contact.deletion', 'hubspot')",
+            scope,
+        )
+        planned = await plan_backfill(conn, "demo-owner", [SLOT])
+        report = await apply_backfill(conn, "demo-owner", [SLOT], now=NOW)
+    for decisions in (planned.decisions, report.decisions):
+        by_record = {d.record_id: d for d in decisions}
+        assert by_record["c-1"].outcome is Outcome.REJECTED
+        assert by_record["c-1"].reason is RejectReason.REMOTE_OBJECT_DELETED
+        assert "r-1 was reported deleted" in by_record["c-1"].detail
+    assert {d.record_id: d.outcome for d in report.decisions}["c-2"] is Outcome.ADOPTED

@@ -138,3 +138,35 @@ async def test_g4_the_restoring_statement_itself_refuses_a_slot_the_install_lack
         restored = await owner_q.restore_install_suspended(conn, [key], reasons, who, kept)
     assert refused == [[], [], []] and still == "suspended_drift"
     assert restored == [(key, "drift:pack_upgraded")]
+
+
+async def test_g8_a_suspended_link_whose_object_was_deleted_stays_suspended(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """G-8 with G-4: the remote reported the link's object deleted while the link waited
+    for revalidation after an install change. `revalidate owner` does not restore it: it is
+    skipped once, naming the event, with the remedy (retire); its twin is restored."""
+    document = rows.pack_document("email")
+    async with db_pool.acquire() as conn:
+        first = await apply_pack(conn, document)
+        install = uuid.UUID(first.pack_install_id)
+        gone = await link(conn, install, fingerprints(document))
+        kept = await link(conn, install, fingerprints(document))
+        await apply_pack(conn, upgraded(document))
+        for key in (gone, kept):
+            await suspend(conn, key, "pack_upgraded")
+        row = await link_row(conn, gone)
+        await conn.execute(
+            "INSERT INTO connector_remote_deletion (event_id, target_object, remote_scope,"
+            " remote_id, event_type, endpoint) VALUES ('evt-g8', $1, $2, $3, 'deleted', 'hs')",
+            row["target_object"],
+            row["remote_scope"],
+            row["remote_id"],
+        )
+        result = await run(conn)
+        states = {k: (await link_row(conn, k))["status"] for k in (gone, kept)}
+    assert result.restored == (kept,)
+    [skipped] = result.skipped
+    assert skipped.link_key == gone and skipped.blocker.value == "remote_object_deleted"
+    assert "evt-g8" in skipped.detail and "retire" in skipped.remedy
+    assert states == {gone: "suspended_drift", kept: "finalized"}
