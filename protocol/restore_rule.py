@@ -65,9 +65,10 @@ SETTLES: Final[dict[RestorePath, frozenset[DriftSurface]]] = {
     RestorePath.REVALIDATE_LINK: frozenset({DriftSurface.MAPPING}),
     # Born from the active pack: nothing may fail closed.
     RestorePath.BACKFILL_ADOPT: frozenset(),
-    # Rule 1 only. The link is born from the attempt's frozen request, and reconcile is an
-    # ambiguous attempt's one exit (G-6); a recovered remote id proceeds whatever drifted
-    # (C-5), and the link's first PATCH meets the send gate (G-1), which suspends it.
+    # Rule 1 only here: reconcile is an ambiguous attempt's one exit (G-6), so a recovered
+    # remote id proceeds whatever else drifted (C-5); the link it makes is suspended in the
+    # same transaction with the other fail-closed findings (services.operator), never
+    # left finalized.
     RestorePath.RECONCILE: frozenset(DriftSurface),
 }
 

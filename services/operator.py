@@ -20,9 +20,11 @@ from db import patches as pq
 from db import remote_deletions as deletions_q
 from db.errors import RemoteLocatorClaimedError
 from db.records import Conn
-from protocol.active import resolve_active
+from protocol.active import ActiveMetadata, resolve_active
 from protocol.admission import CreateReserved, DeferredAssociationReserved, SaveRequest
 from protocol.audit import OPERATOR_ACTION_COMMANDS, AuditEntry
+from protocol.drift import Disposition, classify
+from protocol.drift import suspend_reason as drift_suspend_reason
 from protocol.errors import ActivityErrorType, SuspendReason
 from protocol.messages import LinkView, OperatorActionInput
 from protocol.operator import OperatorAction, check_operator_action
@@ -199,7 +201,7 @@ async def _supersede(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
 async def _reconcile(conn: Conn, input: OperatorActionInput, view: LinkView) -> str:
     assert view.attempt_id is not None and input.remote_id is not None
     await _check_reconcile_id(conn, view.attempt_id, input.remote_id)
-    await _check_reconcile_slots(conn, view.attempt_id)
+    active = await _check_reconcile_slots(conn, view.attempt_id)
     await _refuse_deleted_object(conn, view.attempt_id, input.remote_id)
     response = {
         "status": None,
@@ -217,12 +219,39 @@ async def _reconcile(conn: Conn, input: OperatorActionInput, view: LinkView) -> 
                 response,
                 expected=("ambiguous_remote_effect",),
             )
+            suspended = await _suspend_if_drifted(conn, input.link_key, active)
     except RemoteLocatorClaimedError as error:
         owner = await owner_of_remote_id(conn, view.attempt_id, input.remote_id)
         refused = f"not reconciled: remote id {input.remote_id} is already linked to {owner}"
         raise _refuse(refused + "; nothing changed") from error
     await _stamp_attempt(conn, view.attempt_id, input)
-    return f"reconciled to remote id {input.remote_id}"
+    done = f"reconciled to remote id {input.remote_id}"
+    if suspended is None:
+        return done
+    return (
+        f"{done}; the link is suspended ({suspended}): the active pack fails it closed "
+        f"(G-4), so check the change, then `revalidate-link {input.link_key}` or retire it"
+    )
+
+
+async def _suspend_if_drifted(conn: Conn, link_key: str, active: ActiveMetadata) -> str | None:
+    """G-4 with G-6: reconcile is an ambiguous attempt's one exit, so a link the active
+    pack fails closed (any finding but a removed slot, refused before) is still born, but
+    never left `finalized`: it is suspended in the same transaction with its findings, as
+    a save would suspend it (DRIFT-2). The suspend reason, or None when it stays."""
+    row = await q.link_by_key(conn, link_key)
+    assert row is not None, "finalize_with_mirror inserted it"
+    closed = [
+        f for f in classify(link_snapshot(row), active) if f.disposition is Disposition.FAIL_CLOSED
+    ]
+    if not closed:
+        return None
+    reason = drift_suspend_reason(closed)
+    require_cas(
+        await pq.suspend_link(conn, link_key, reason, [f.model_dump(mode="json") for f in closed]),
+        "suspend_link",
+    )
+    return reason
 
 
 async def _check_reconcile_id(conn: Conn, attempt_id: str, remote_id: str) -> None:
@@ -255,9 +284,10 @@ async def _refuse_deleted_object(conn: Conn, attempt_id: str, remote_id: str) ->
         raise _refuse(deleted_object_refusal("reconciled", deleted[0]))
 
 
-async def _check_reconcile_slots(conn: Conn, attempt_id: str) -> None:
+async def _check_reconcile_slots(conn: Conn, attempt_id: str) -> ActiveMetadata:
     """G-4: reconcile never finalizes a link under a slot the active pack lacks (C-9); the
-    attempt stays parked with its evidence. Nothing is written before this check."""
+    attempt stays parked with its evidence. Nothing is written before this check. The
+    active pack resolved for the attempt's slots."""
     attempt = await q.attempt_by_id(conn, attempt_id)
     assert attempt is not None, "attempts are never deleted"
     frozen = attempt_snapshot(attempt)
@@ -271,6 +301,7 @@ async def _check_reconcile_slots(conn: Conn, attempt_id: str) -> None:
     refused = refusal(frozen, active, RestorePath.RECONCILE)
     if refused is not None:
         raise _refuse(f"not reconciled: {refused.message()}; nothing changed")
+    return active
 
 
 async def _revalidate(conn: Conn, input: OperatorActionInput, refresh: Refresh) -> str:

@@ -118,3 +118,45 @@ async def test_g4_reconcile_refuses_an_attempt_whose_slot_the_pack_removed(
         "SELECT count(*) FROM connector_operator_audit WHERE link_key = $1", key
     )
     assert audit == 0
+
+
+def company_scope_changed(doc: Doc) -> None:
+    """The company destination now addresses another remote scope (fail closed)."""
+    destinations: list[dict[str, Any]] = doc["destinationSlots"]
+    company = next(d for d in destinations if d["id"] == "remote-companies")
+    company["remoteScope"] = "other-portal"
+
+
+async def test_g4_reconcile_under_a_fail_closed_finding_leaves_the_link_suspended(
+    stack: Stack, cli_env: dict[str, str], remote: BackgroundSandbox
+) -> None:
+    """G-4 with G-6: reconcile is an ambiguous attempt's one exit, so a fail-closed finding
+    other than a removed slot does not keep the attempt parked; but the link it makes is
+    never left `finalized`: it is suspended at once with the findings, and the answer says
+    how to go on. Fails on the old main: the link was finalized under the drift."""
+    await stack.push("c-002")  # the company's primary contact (LANE-2)
+    await eventually(
+        lambda: stack.attempt(contact_key("c-002")), lambda r: r["status"] == "finalized"
+    )
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(method="POST", path="/crm/v3/objects/companies", action="reset_after_effect")
+    )
+    await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
+    key = company_key("a-002")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "ambiguous_remote_effect")
+    await eventually(
+        lambda: stack.handle(key).query(LinkWorkflow.state), lambda v: v.needs_operator
+    )
+    [entry] = await stack.sandbox.ledger(object_type="companies", kind="create")
+    assert entry.object_id is not None
+    await apply_edit(stack.pool, remote, company_scope_changed)
+    args = ["reconcile", key, "--remote-id", entry.object_id, "--evidence", "ledger", *WHO]
+    result = await _cli(cli_env, *args)
+    assert result.exit_code == 0, result.output
+    assert "the link is suspended (drift:remote_scope)" in result.output
+    assert f"revalidate-link {key}" in result.output
+    assert (await stack.attempt(key))["status"] == "finalized"
+    link = await stack.link(key)
+    assert link is not None and link["status"] == "suspended_drift"
+    assert link["remote_id"] == entry.object_id
+    assert link["suspend_reason"] == "drift:remote_scope"
