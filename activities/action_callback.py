@@ -1,88 +1,15 @@
-"""Activities of the ActionCallbackWorkflow (SPEC ING-7): one per persisted phase.
-
-Every activity starts by reading the execution row and does nothing when its
-phase is already behind it, so a retry, a reset or a second workflow run never
-repeats an accepted enqueue, an observed outcome or a delivered completion.
-Only the delivery phase talks to the remote; its retryable failures raise,
-its terminal ones are recorded and returned.
-"""
+"""Activities of the ActionCallbackWorkflow (SPEC ING-7): one per persisted phase, each a
+thin adapter over `services.action_callback`, where the phases and their idempotency
+live."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-from datetime import timedelta
-from urllib.parse import quote
-
 import asyncpg
 import httpx
-from asyncpg import Record
 from temporalio import activity
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from db import inbound_queries as q
-from db.ingress_queries import Conn, mark_events_started
-from protocol.action_callback import (
-    COMPLETE_PATH,
-    ActionPhase,
-    CallbackTarget,
-    CallbackVerdict,
-    CompletionState,
-    DeliverInput,
-    ExecutionIdInput,
-    ExecutionView,
-    StopInput,
-    StopReason,
-    callback_verdict,
-    completion_for,
-)
-from protocol.inbound import (
-    INBOUND_EVENT_WORKFLOW,
-    EventStatus,
-    InboundErrorType,
-    InboundEventInput,
-    event_workflow_id,
-)
-
-
-def execution_view(row: Record) -> ExecutionView:
-    return ExecutionView(
-        execution_id=row["execution_id"],
-        callback_id=row["callback_id"],
-        phase=ActionPhase(row["phase"]),
-        expires_at=row["expires_at"],
-        event_id=row["event_id"],
-        outcome=CompletionState(row["outcome"]) if row["outcome"] else None,
-        callback_status=row["callback_status"],
-        stop_reason=row["stop_reason"],
-    )
-
-
-async def _load(conn: Conn, execution_id: str) -> ExecutionView:
-    row = await q.select_execution(conn, execution_id)
-    if row is None:
-        raise ApplicationError(
-            f"no workflow_action_execution {execution_id}",
-            type=InboundErrorType.UNKNOWN_EXECUTION,
-            non_retryable=True,
-        )
-    return execution_view(row)
-
-
-def credential_headers(credential_ref: str | None) -> dict[str, str]:
-    """Bearer token from `CONNECTOR_PUSH_CREDENTIAL_<REF>` (the profiles' convention)."""
-    if credential_ref is None:
-        return {}
-    name = "CONNECTOR_PUSH_CREDENTIAL_" + re.sub(r"[^A-Z0-9]", "_", credential_ref.upper())
-    token = os.environ.get(name)
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def _retry_after(response: httpx.Response | None) -> timedelta | None:
-    raw = response.headers.get("retry-after", "") if response is not None else ""
-    return timedelta(seconds=min(int(raw), 300)) if raw.isascii() and raw.isdigit() else None
+from protocol.action_callback import DeliverInput, ExecutionIdInput, ExecutionView, StopInput
+from services import action_callback as phases
 
 
 class ActionCallbackActivities:
@@ -94,97 +21,25 @@ class ActionCallbackActivities:
 
     @activity.defn
     async def load_execution(self, input: ExecutionIdInput) -> ExecutionView:
-        async with self._pool.acquire() as conn:
-            return await _load(conn, input.execution_id)
+        return await phases.load_execution(self._pool, input.execution_id)
 
     @activity.defn
     async def enqueue(self, input: ExecutionIdInput) -> ExecutionView:
         """Phase 1: commit the execution's local work as a connector_event, then start it."""
-        async with self._pool.acquire() as conn:
-            async with conn.transaction():
-                view = await _load(conn, input.execution_id)
-                if view.phase is ActionPhase.ADMITTED:
-                    await q.insert_execution_event(conn, input.execution_id)
-                    await q.mark_enqueued(conn, input.execution_id)
-            view = await _load(conn, input.execution_id)
-            if view.phase is ActionPhase.ENQUEUED and view.event_id is not None:
-                await self._start_processing(conn, view.event_id)
-        return view
-
-    async def _start_processing(self, conn: Conn, event_id: str) -> None:
-        # Completed runs keep their id, so a retried enqueue cannot process twice.
-        with contextlib.suppress(WorkflowAlreadyStartedError):
-            await activity.client().start_workflow(
-                INBOUND_EVENT_WORKFLOW,
-                InboundEventInput(event_id=event_id),
-                id=event_workflow_id(event_id),
-                task_queue=activity.info().task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-            )
-        await mark_events_started(conn, [event_id])
+        client, task_queue = activity.client(), activity.info().task_queue
+        return await phases.enqueue(self._pool, client, task_queue, input.execution_id)
 
     @activity.defn
     async def observe(self, input: ExecutionIdInput) -> ExecutionView:
         """Phase 2: record the completion the event's outcome earns; retry while unsettled."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            view = await _load(conn, input.execution_id)
-            if view.phase is not ActionPhase.ENQUEUED or view.event_id is None:
-                return view
-            row = await q.select_event(conn, view.event_id)
-            status = EventStatus(row["status"]) if row is not None else EventStatus.ADMITTED
-            if status is EventStatus.ADMITTED:
-                raise ApplicationError(
-                    f"event {view.event_id} not settled yet",
-                    type=InboundErrorType.EVENT_NOT_SETTLED,
-                )
-            await q.mark_observed(conn, input.execution_id, completion_for(status).value)
-            return await _load(conn, input.execution_id)
+        return await phases.observe(self._pool, input.execution_id)
 
     @activity.defn
     async def deliver(self, input: DeliverInput) -> ExecutionView:
         """Phase 3: POST the completion; 2xx/409 done, 401/403/4xx stopped, else raise to retry."""
-        async with self._pool.acquire() as conn:
-            view = await _load(conn, input.execution_id)
-            if view.phase is not ActionPhase.OBSERVED:
-                return view
-            response = await self._post(input.target, input.callback_id, input.outcome)
-            status = response.status_code if response is not None else None
-            await q.record_callback_attempt(conn, input.execution_id, status)
-            verdict = callback_verdict(status)
-            match verdict:
-                case CallbackVerdict.DELIVERED:
-                    await q.mark_delivered(conn, input.execution_id)
-                case CallbackVerdict.UNAUTHORIZED:
-                    await q.mark_stopped(conn, input.execution_id, StopReason.CALLBACK_UNAUTHORIZED)
-                case CallbackVerdict.REJECTED:
-                    await q.mark_stopped(conn, input.execution_id, StopReason.CALLBACK_REJECTED)
-                case CallbackVerdict.RETRY:
-                    raise ApplicationError(
-                        f"completion not delivered (status {status})",
-                        type=InboundErrorType.CALLBACK_NOT_DELIVERED,
-                        next_retry_delay=_retry_after(response),
-                    )
-            return await _load(conn, input.execution_id)
-
-    async def _post(
-        self, target: CallbackTarget, callback_id: str, outcome: CompletionState
-    ) -> httpx.Response | None:
-        # Quoted although ingress admits only URL-safe ids: a stored id never reshapes the
-        # path the credential is sent to (a '/' or '..' would name another endpoint).
-        segment = quote(callback_id, safe=":")
-        url = target.base_url.rstrip("/") + COMPLETE_PATH.format(callback_id=segment)
-        body = {"outputFields": {"hs_execution_state": outcome.value}}
-        try:
-            return await self._http.post(
-                url, json=body, headers=credential_headers(target.credential_ref)
-            )
-        except httpx.TransportError:
-            return None  # no response: retried like a 5xx (a completion is safe to repeat)
+        return await phases.deliver(self._pool, self._http, input)
 
     @activity.defn
     async def stop(self, input: StopInput) -> ExecutionView:
         """Record why the execution ends undelivered (expired block, exhausted budget)."""
-        async with self._pool.acquire() as conn:
-            await q.mark_stopped(conn, input.execution_id, input.reason.value)
-            return await _load(conn, input.execution_id)
+        return await phases.stop(self._pool, input)

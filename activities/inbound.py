@@ -1,55 +1,19 @@
-"""Activities of the InboundEventWorkflow (SPEC ING-6): read, plan, signal links, settle.
-
-Each is idempotent on the event id: planning reads only, a repeated link signal
-is absorbed by the LinkWorkflow's compare-and-set, and settling is a
-compare-and-set from `admitted` that reports the stored outcome when it lost; the
-deletion evidence it records with it (G-8) is keyed by the event, so a re-run adds none.
-"""
+"""Activities of the InboundEventWorkflow (SPEC ING-6): read, plan, signal links, settle;
+thin adapters over `services.inbound`, where each step's idempotency lives."""
 
 from __future__ import annotations
 
 import asyncpg
-from asyncpg import Record
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from db import inbound_queries as q
-from db import remote_deletions as deletions_q
 from protocol.inbound import (
-    REMOTE_DELETED_SIGNAL,
     ClassifiedEvent,
     EventIdInput,
-    EventStatus,
-    EventView,
-    InboundErrorType,
     InboundEventResult,
     SettleEventInput,
     SignalLinksInput,
-    check_event_transition,
-    plan_event,
 )
-from protocol.ingress_policy import InboundHandler
-from protocol.messages import LinkWorkflowInput, RemoteEvidence
-from protocol.remote_deletion import records_remote_deletion
-from services.wake import link_facts, signal_with_start
-
-
-def event_view(row: Record) -> EventView:
-    return EventView(
-        event_id=row["event_id"],
-        handler=row["handler"],
-        status=EventStatus(row["status"]),
-        status_reason=row["status_reason"],
-        target_object=row["target_object"],
-        remote_object_id=row["remote_object_id"],
-        remote_scope=row["remote_scope"],
-    )
-
-
-def _unknown_event(event_id: str) -> ApplicationError:
-    return ApplicationError(
-        f"no connector_event {event_id}", type=InboundErrorType.UNKNOWN_EVENT, non_retryable=True
-    )
+from services import inbound
 
 
 class InboundActivities:
@@ -61,63 +25,16 @@ class InboundActivities:
     @activity.defn
     async def classify_event(self, input: EventIdInput) -> ClassifiedEvent:
         """The event and what its handler will do with it (reads only)."""
-        async with self._pool.acquire() as conn:
-            row = await q.select_event(conn, input.event_id)
-            if row is None:
-                raise _unknown_event(input.event_id)
-            event = event_view(row)
-            links: list[str] = []
-            if (
-                event.status is EventStatus.ADMITTED
-                and event.handler == InboundHandler.REMOTE_DELETION.value
-                and event.target_object is not None
-                and event.remote_object_id is not None
-                and event.remote_scope is not None
-            ):
-                links = await q.owning_links(
-                    conn, event.target_object, event.remote_object_id, event.remote_scope
-                )
-        return ClassifiedEvent(event=event, plan=plan_event(event, links))
+        return await inbound.classify_event(self._pool, input.event_id)
 
     @activity.defn
     async def signal_remote_deleted(self, input: SignalLinksInput) -> None:
-        """Signal-with-start `remote_deleted` on each owning link's workflow (WF-1 ids).
-
-        The link moves through its own workflow; a closed run is started fresh and
-        reloads from Postgres, a running one receives the signal.
-        """
-        client = activity.client()
-        evidence = RemoteEvidence(
-            event_id=input.event_id,
-            detail=f"{input.target_object} {input.remote_object_id} deleted remotely",
-        )
-        async with self._pool.acquire() as conn:
-            facts = await link_facts(conn, list(input.link_keys))
-        for link_key in input.link_keys:
-            await signal_with_start(
-                client,
-                activity.info().task_queue,
-                LinkWorkflowInput(link_key=link_key),
-                REMOTE_DELETED_SIGNAL,
-                evidence,
-                facts.get(link_key),
-            )
+        """Signal-with-start `remote_deleted` on each owning link's workflow (WF-1 ids)."""
+        client, task_queue = activity.client(), activity.info().task_queue
+        await inbound.signal_remote_deleted(self._pool, client, task_queue, input)
 
     @activity.defn
     async def settle_event(self, input: SettleEventInput) -> InboundEventResult:
         """admitted -> processed | skipped | dead, recording a deletion event's evidence
         (G-8); a re-run returns the stored outcome."""
-        check_event_transition(EventStatus.ADMITTED, input.status)
-        async with self._pool.acquire() as conn, conn.transaction():
-            await q.settle_event(conn, input.event_id, input.status.value, input.reason)
-            row = await q.select_event(conn, input.event_id)
-            if row is None:
-                raise _unknown_event(input.event_id)
-            event = event_view(row)
-            if records_remote_deletion(event):
-                # G-8: whatever the links' state (or with none), the evidence outlives the
-                # event row, which retention prunes; it commits with the settling.
-                await deletions_q.record_from_event(conn, input.event_id)
-        return InboundEventResult(
-            event_id=event.event_id, status=event.status, reason=event.status_reason
-        )
+        return await inbound.settle_event(self._pool, input)

@@ -1,26 +1,13 @@
-"""The relay's activity (SPEC WF-2): wake every link with work its workflow has not done.
-
-Idempotent by construction: waking is a signal-with-start whose signal only says
-"look for work", and the workflow decides from Postgres, so a retried page or
-two overlapping sweeps change nothing.
-"""
+"""The relay's activity (SPEC WF-2): wake every link with work its workflow has not done;
+the sweep is `services.relay_sweep`."""
 
 from __future__ import annotations
-
-import asyncio
-from datetime import timedelta
-from typing import Final
 
 import asyncpg
 from temporalio import activity
 
-from db import relay as q
 from protocol.relay import RelayPageInput, RelayPageResult
-from services.wake import link_facts, wake_link
-
-# Signal-with-starts in flight at once: enough to sweep a backlog quickly without
-# flooding the frontend.
-WAKE_CONCURRENCY: Final = 16
+from services.relay_sweep import wake_page
 
 
 class RelayActivities:
@@ -32,18 +19,5 @@ class RelayActivities:
     @activity.defn
     async def wake_links_with_pending_work(self, input: RelayPageInput) -> RelayPageResult:
         """Wake one page of links (key order after `input.after`) on this task queue."""
-        async with self._pool.acquire() as conn:
-            keys = await q.links_with_pending_work(
-                conn, input.after, input.limit, timedelta(seconds=input.min_age_seconds)
-            )
-            facts = await link_facts(conn, keys)
         client, task_queue = activity.client(), activity.info().task_queue
-        gate = asyncio.Semaphore(WAKE_CONCURRENCY)
-
-        async def wake(key: str) -> None:
-            async with gate:
-                await wake_link(client, task_queue, key, None, facts=facts.get(key))
-
-        await asyncio.gather(*(wake(key) for key in keys))
-        full = len(keys) == input.limit
-        return RelayPageResult(woken=len(keys), last_key=keys[-1] if full else None)
+        return await wake_page(self._pool, client, task_queue, input)

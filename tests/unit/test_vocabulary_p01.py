@@ -44,7 +44,7 @@ VENDOR_FRAGMENTS = frozenset({"hs_", "/crm/v3/", "/automation/v4/", "x-hubspot"}
 # that L2 vocabulary in the runtime, so each literal is allowed in the modules that
 # speak it, and nowhere else.
 ALLOWED: dict[str, frozenset[str]] = {
-    "hs_execution_state": frozenset({"ingress/actions.py", "activities/action_callback.py"}),
+    "hs_execution_state": frozenset({"ingress/actions.py", "services/action_callback.py"}),
     "hs_expiration_duration": frozenset({"ingress/actions.py"}),
     "/automation/v4/actions/callbacks/{callback_id}/complete": frozenset(
         {"protocol/action_callback.py"}
