@@ -9,13 +9,13 @@ import asyncpg
 import httpx
 
 from activities.action_callback import ActionCallbackActivities
-from services.dispatch_hooks import DispatchHooks
 from activities.inbound import InboundActivities
 from activities.link import LinkActivities
 from activities.link_ops import LinkOpsActivities
 from activities.rate_limit import RateLimitActivities
 from activities.relay import RelayActivities
 from activities.retention import RetentionActivities
+from services.dispatch_hooks import DispatchHooks
 from workflows.action_callback import ActionCallbackWorkflow
 from workflows.inbound import InboundEventWorkflow
 from workflows.link import LinkWorkflow

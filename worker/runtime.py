@@ -16,8 +16,8 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from services.dispatch_hooks import DispatchHooks
 from protocol.timeouts import REMOTE_HTTP_TIMEOUT, WORKER_GRACEFUL_SHUTDOWN
+from services.dispatch_hooks import DispatchHooks
 from services.rate_limit import current_budget_rates, ensure_fairness_limit
 from worker import registry
 from worker.failures import DATA_CONVERTER, is_configured

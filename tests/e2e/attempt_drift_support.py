@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import pytest
 
-from services.dispatch_hooks import DispatchHooks
 from sandbox.server import BackgroundSandbox
+from services.dispatch_hooks import DispatchHooks
 from tests.e2e.conftest import Stack
 from tests.e2e.patch_support import Doc, apply_edit
 from tests.e2e.support import eventually

@@ -22,12 +22,12 @@ import yaml
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from services.dispatch_hooks import DispatchHooks
 from protocol.admission import AdmissionDecision, SaveRequest
 from protocol.identity import link_key
 from sandbox.client import SandboxClient
 from sandbox.config import SandboxConfig
 from sandbox.server import BackgroundSandbox
+from services.dispatch_hooks import DispatchHooks
 from services.packs import apply_pack
 from services.record_loader import RecordsDocument, load_records, parse_records_document
 from worker.crm import report_save, workflow_id

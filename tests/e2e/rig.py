@@ -22,11 +22,11 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from services.dispatch_hooks import DispatchHooks
 from cli.stack.devconfig import load_dev_config
 from cli.stack.process import free_port
 from cli.stack.temporal import TemporalDevServer
 from sandbox.client import SandboxClient
+from services.dispatch_hooks import DispatchHooks
 from tests.e2e.conftest import Stack
 from worker.runtime import build_worker, remote_http_client
 

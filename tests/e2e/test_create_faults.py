@@ -20,10 +20,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowHandle
 
-from services.dispatch_hooks import DispatchHooks
 from protocol.admission import CreateReserved, ObservedActiveAttempt
 from protocol.messages import ReconcileInput
 from sandbox.faults import FaultRuleSpec
+from services.dispatch_hooks import DispatchHooks
 from tests.e2e.conftest import Stack, company_key, contact_key
 from tests.e2e.create_faults_support import (
     COMPANIES,

@@ -16,13 +16,13 @@ from typing import Any, cast
 import asyncpg
 import pytest
 
-from services.dispatch_hooks import DispatchHooks
 from cli.link_views import key_view
 from protocol.admission import PatchQueued
 from protocol.messages import LinkView
 from sandbox.rate_limit import DailyLimit, RateLimitSettings
 from sandbox.server import BackgroundSandbox
 from services.daily_quota import forget_quotas
+from services.dispatch_hooks import DispatchHooks
 from services.packs import apply_pack
 from services.record_loader import load_records, parse_records_document
 from services.status import read_status

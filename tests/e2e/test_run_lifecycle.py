@@ -33,12 +33,12 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
-from services.dispatch_hooks import DispatchHooks
 from bench.actions import billable_actions
 from protocol.admission import PatchQueued
 from protocol.messages import LinkWorkflowInput
 from protocol.rate_limit import fairness_key_for
 from sandbox.client import SandboxClient
+from services.dispatch_hooks import DispatchHooks
 from tests.e2e.conftest import Stack, contact_key
 from tests.e2e.support import eventually
 from worker import registry

@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from services.dispatch_hooks import DispatchHooks
 from db.journal import checkpoint_patch
 from db.links import lock_link_key
 from db.relay import links_with_pending_work
@@ -28,6 +27,7 @@ from protocol.identity import link_key
 from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services.admission import admit_save
+from services.dispatch_hooks import DispatchHooks
 from services.patch.claim import claim_queued
 from services.record_loader import load_records, parse_records_document
 from services.wake import wake_link
