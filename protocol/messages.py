@@ -23,12 +23,17 @@ class Message(BaseModel):
 
 
 class LinkWorkflowState(Message):
-    """What a run carries into continue-as-new: only the key (and the remote budget it
-    was paced with); Postgres holds the rest."""
+    """What a run carries into continue-as-new: the key, the remote budget it was paced
+    with, and what its signals left unhandled (G-8); Postgres holds the rest."""
 
     link_key: str
     runs: int = 0
     budget: RemoteBudgetResult | None = None
+    # G-8: queued `remote_deleted` evidence, a pending operator hold and the NF-8 bulk
+    # flag of the saves so far (a queued save needs nothing: every run starts woken).
+    evidence: list[RemoteEvidence] = Field(default_factory=list)
+    hold: bool = False
+    bulk: bool | None = None
 
 
 class LinkWorkflowInput(Message):

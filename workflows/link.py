@@ -17,7 +17,8 @@ Theory of operation:
    `OPERATOR_HOLD` passes with no update, so the update lands, and a command re-run
    after a lost reply gets the first answer back by its update id). No idle timer. The
    next save's signal-with-start opens a new run, which reloads from Postgres; a run
-   continues-as-new before its history grows large.
+   continues-as-new before its history grows large, carrying what its signals queued
+   (G-8: remote evidence, an operator hold, the bulk flag; `_next_state`).
    No signal is lost at the end: the run re-checks for work after every handler has
    finished, in the workflow task that completes it, and a signal that reaches the
    server while that task runs makes the server refuse the completion (the task has
@@ -110,8 +111,9 @@ class LinkWorkflow(LinkOperatorUpdates):
         self._view = LinkView(link_key=input.link_key)
         self._loaded = False
         self._wake = True
-        self._hold = False  # an operator command's update is on its way (RecordSaved)
-        self._evidence: list[RemoteEvidence] = []
+        # G-8: what the previous run's signals left unhandled carries over.
+        self._hold = self._state.hold  # an operator command's update is on its way
+        self._evidence: list[RemoteEvidence] = list(self._state.evidence)
         # What the attributes should say once this drain settles (None: nothing new).
         self._unflushed: list[tuple[SearchAttributeKey[Any], Any]] | None = None
         self._parked = False  # what NeedsOperator says (see _needs_operator)
@@ -120,8 +122,9 @@ class LinkWorkflow(LinkOperatorUpdates):
         self._budget: RemoteBudgetResult | None = budget
         self._priority: Priority | None = _priority_of(budget) if budget else None
         # NF-8: only bulk (`push`) saves woke this run: its remote steps yield to single
-        # saves. None until the first signal; any save that is not bulk clears it.
-        self._bulk: bool | None = None
+        # saves. None until the first signal (or as the previous run left it, G-8); any
+        # save that is not bulk clears it.
+        self._bulk: bool | None = self._state.bulk
 
     @workflow.signal
     def record_saved(self, signal: RecordSaved) -> None:
@@ -373,7 +376,11 @@ class LinkWorkflow(LinkOperatorUpdates):
             )
 
     def _next_state(self) -> LinkWorkflowState:
-        return self._state.model_copy(update={"runs": self._state.runs + 1, "budget": self._budget})
+        """G-8: the next run gets every queued signal's effect (a save's wake it has anyway)."""
+        carried = {"evidence": list(self._evidence), "hold": self._hold, "bulk": self._bulk}
+        return self._state.model_copy(
+            update={"runs": self._state.runs + 1, "budget": self._budget, **carried}
+        )
 
 
 def _priority_of(budget: RemoteBudgetResult) -> Priority:
