@@ -8,8 +8,10 @@ P1_IO, P2, P8 and `growth` name the P1 part. Run only when named: SANDBOX (`sand
 what the workflow sandbox costs a create and the floor_io workflow; BENCH_SANDBOX_N, 200;
 BENCH_SANDBOX_PAIRS, 4). Sizes: BENCH_N (300), BENCH_GROWTH_N (3000;
 0 skips the growth round), BENCH_PAIRS (3 interleaved floor/floor_io/product pairs per
-size), BENCH_WARMUP_N (100), BENCH_P4_N (100000), BENCH_P5_N (10000). A quick P1, as a
-check that it runs (its figures mean little): BENCH_N=30 BENCH_GROWTH_N=0 with ONLY=P1.
+size), BENCH_WARMUP_N (100), BENCH_P4_N (100000), BENCH_P5_N (10000); BENCH_P5_ARMS
+(e.g. product,gc-default) makes P5 an A/B of the worker's memory (`parked_bench.ARMS`).
+A quick P1, as a check that it runs (its figures mean little): BENCH_N=30
+BENCH_GROWTH_N=0 with ONLY=P1.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from bench.ingress_bench import record, run_ingress_bench
 from bench.p1_bench import PAIRS, WARMUP_N, run_create_bench
-from bench.parked_bench import run_parked_bench
+from bench.parked_bench import arm_names, run_arms, run_parked_bench
 from bench.rate_bench import run_rate_bench
 from bench.rate_p10 import run_p10_bench
 from bench.revalidation_bench import run_revalidation_bench
@@ -50,7 +52,10 @@ async def _revalidation() -> None:
 
 
 async def _parked() -> None:
-    await run_parked_bench(_env("BENCH_P5_N", 10_000))
+    if arms := arm_names(os.environ.get("BENCH_P5_ARMS")):  # an A/B instead (parked_bench)
+        await run_arms(arms, _env("BENCH_P5_N", 10_000))
+    else:
+        await run_parked_bench(_env("BENCH_P5_N", 10_000))
 
 
 async def _ingress() -> None:

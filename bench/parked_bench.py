@@ -15,6 +15,13 @@ the latency of the Temporal server's `NeedsOperator = true AND ExecutionStatus =
 "Running"` query (count, and the first page of a listing) at that size.
 
 Alone: `python -m bench.parked_bench [--n 10000] [--cache 1000]` (or `BENCH_P5_N`).
+
+A/B of what the worker's memory depends on (issue 48 item 4):
+`python -m bench.parked_bench --arms product,gc-default,...` (or `BENCH_P5_ARMS` with
+`make bench ONLY=P5`) parks N links once per arm, each on a fresh stack, in one run, and
+writes the arms' figures (`P5_ab_<arm>_rss_mb`, `..._mb_per_cached_workflow`) to
+bench/results/p5-ab-latest.json. An arm is the product's worker with one suspect changed
+(`ARMS`), or the worker of an older commit (`TREE_ARMS`, its tree exported by `git archive`).
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ import os
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from io import BytesIO
 from pathlib import Path
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -36,7 +45,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from bench.ingress_bench import record
+from bench.ingress_bench import RESULTS, record
 from bench.stack import BenchStack, bench_stack, record_id
 from cli.stack.process import stop_process
 from db.pool import create_pool
@@ -57,6 +66,42 @@ UPDATE connector_push_attempt
 SET status = 'terminal_failed', last_error = 'bench P5: parked for an operator'
 WHERE status = 'pending'
 """
+
+
+# A/B arms: the product's worker with one suspect changed, in the worker process before
+# `connector-push worker` runs (every arm, "product" too, starts through the same code).
+ARMS: dict[str, str] = {
+    "product": "",
+    # The GC policy as a whole off: CPython's defaults (700, 10, 10), nothing frozen.
+    "gc-default": "worker.gc_policy.apply_gc_policy = lambda: None",
+    # Its two halves alone: the raised young threshold without the freeze, and back.
+    "gc-threshold-only": (
+        "worker.gc_policy.apply_gc_policy = lambda: gc.set_threshold("
+        "50_000, *worker.gc_policy.OLDER_THRESHOLDS)"
+    ),
+    "gc-freeze-only": "worker.gc_policy.apply_gc_policy = gc.freeze",
+    # What the worker applied before issue 48's fix (the CLI's 50,000 in the worker too).
+    "gc-50k-in-worker": (
+        "worker.gc_policy.WORKER_YOUNG_THRESHOLD = worker.gc_policy.YOUNG_THRESHOLD"
+    ),
+    # The sandbox's pass-through list of 23b70d1, where P5 read 224 MB: without services/
+    # (6f51554) and workflows.link_retries (1380841).
+    "sandbox-before": (
+        "import worker.runtime as r; r.PASSTHROUGH_MODULES = tuple(m for m in "
+        "r.PASSTHROUGH_MODULES if m not in ('services', 'workflows.link_retries'))"
+    ),
+}
+ARM_LAUNCH = """
+import gc, sys
+import worker.gc_policy
+{toggle}
+from cli.main import app
+app(["worker"])
+"""
+# Arms that run an older commit's worker, as it was (`python -m cli worker` in its tree):
+# the run-lifecycle change (WF-1', 861db76) against its parent; both predate the GC policy.
+TREE_ARMS: dict[str, str] = {"lifecycle-before": "6020889", "lifecycle-after": "861db76"}
+AB_RESULTS = RESULTS.with_name("p5-ab-latest.json")  # an A/B run's own file
 
 
 def log(message: str) -> None:
@@ -113,14 +158,45 @@ def _env(stack: BenchStack, cache: int) -> dict[str, str]:
     }
 
 
+def export_tree(commit: str) -> Path:
+    """The files of `commit` in a temporary directory (`git archive`: no worktree, no
+    change to the repository)."""
+    tree = Path(tempfile.mkdtemp(prefix=f"cp-bench-p5-{commit}-"))
+    archive = subprocess.run(
+        ["git", "archive", commit], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+def _worker_command(arm: str | None) -> tuple[list[str], Path, dict[str, str]]:
+    """(argv, cwd, extra environment) of the worker for `arm` (None: the product's own
+    `python -m cli worker`). `BENCH_P5_AT=<commit>` runs the `ARMS` on that commit's
+    files, so the working tree can change during a long A/B."""
+    if arm is None:
+        return [sys.executable, "-m", "cli", "worker"], ROOT, {}
+    if arm in TREE_ARMS:
+        tree = export_tree(TREE_ARMS[arm])
+        return [sys.executable, "-m", "cli", "worker"], tree, {"PYTHONPATH": str(tree)}
+    argv = [sys.executable, "-c", ARM_LAUNCH.format(toggle=ARMS[arm])]
+    if at := os.environ.get("BENCH_P5_AT"):
+        tree = export_tree(at)
+        return argv, tree, {"PYTHONPATH": str(tree)}
+    return argv, ROOT, {}
+
+
 @contextmanager
-def worker_process(stack: BenchStack, cache: int, log_path: Path) -> Iterator[int]:
-    """One `connector-push worker`; yields its pid."""
+def worker_process(
+    stack: BenchStack, cache: int, log_path: Path, arm: str | None = None
+) -> Iterator[int]:
+    """One `connector-push worker` (of `arm`, when named); yields its pid."""
+    argv, cwd, extra = _worker_command(arm)
     with log_path.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cli", "worker"],
-            env=_env(stack, cache),
-            cwd=ROOT,
+            argv,
+            env={**_env(stack, cache), **extra},
+            cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -207,7 +283,7 @@ async def _park_workflows(
     }
 
 
-async def measure(n: int, cache: int) -> dict[str, float]:
+async def measure(n: int, cache: int, arm: str | None = None) -> dict[str, float]:
     # Unpaced: the wake-up's first dispatch carries the budget's fairness key even when it
     # sends nothing, so under the demo pack's 10/s budget parking 10,000 links took 28 min
     # of the bench; what is measured here is memory and visibility, not the remote's pace.
@@ -215,7 +291,7 @@ async def measure(n: int, cache: int) -> dict[str, float]:
         log(f"P5: admitting and parking {n} creates")
         keys, budget = await admit_and_park(stack.dsn, n)
         log_path = Path(tempfile.mkdtemp(prefix="cp-bench-p5-")) / "worker.log"
-        with worker_process(stack, cache, log_path) as pid:
+        with worker_process(stack, cache, log_path, arm) as pid:
             figures = await _park_workflows(stack, keys, budget, pid)
             count_ms, page_ms = await query_latency_ms(stack.client)
     cached = min(n, cache)
@@ -251,13 +327,58 @@ async def run_parked_bench(
     return r
 
 
+def arm_names(spec: str | None) -> list[str]:
+    """The arms named in `spec` ("a,b"), checked; none when `spec` is empty."""
+    names = [a.strip() for a in (spec or "").split(",") if a.strip()]
+    unknown = sorted(set(names) - ARMS.keys() - TREE_ARMS.keys())
+    if unknown:
+        raise SystemExit(f"P5: unknown arm(s) {unknown}; known: {[*ARMS, *TREE_ARMS]}")
+    return names
+
+
+async def run_arms(
+    arms: Sequence[str], n: int = 10_000, cache: int = DEFAULT_CACHE, write: bool = True
+) -> dict[str, float]:
+    """Each arm once, in order, each on a fresh stack; the figures keyed by arm."""
+    figures: dict[str, float] = {}
+    for arm in arms:
+        log(f"P5 arm {arm}: {n:,} parked links")
+        try:
+            r = await measure(n, cache, arm)
+        except Exception as exc:  # an older tree that cannot run here: say so, go on
+            log(f"P5 arm {arm} failed: {exc!r}")
+            continue
+        print(
+            f"P5 arm {arm}: {r['P5_rss_mb']:.0f} MB (peak {r['P5_peak_rss_mb']:.0f}, "
+            f"idle {r['P5_idle_rss_mb']:.0f}), {r['P5_mb_per_cached_workflow']:.3f} MB per "
+            f"cached run (load {r['P5_load_1m']:.1f})",
+            flush=True,
+        )
+        for key in ("rss_mb", "peak_rss_mb", "idle_rss_mb", "mb_per_cached_workflow"):
+            figures[f"P5_ab_{arm}_{key}"] = r[f"P5_{key}"]
+    if write:
+        figures["P5_ab_n"] = n
+        figures["P5_ab_max_cached_workflows"] = cache
+        record(figures, AB_RESULTS, replaces=("P5_ab_",))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=int(os.environ.get("BENCH_P5_N", "10000")))
     parser.add_argument("--cache", type=int, default=DEFAULT_CACHE)
     parser.add_argument("--no-write", action="store_true", help="do not touch latest.json")
+    parser.add_argument(
+        "--arms",
+        default=os.environ.get("BENCH_P5_ARMS"),
+        help=f"A/B arms instead of the product's figure, e.g. product,gc-default; "
+        f"known: {', '.join([*ARMS, *TREE_ARMS])}",
+    )
     args = parser.parse_args()
-    asyncio.run(run_parked_bench(args.n, args.cache, not args.no_write))
+    if arms := arm_names(args.arms):
+        asyncio.run(run_arms(arms, args.n, args.cache, not args.no_write))
+    else:
+        asyncio.run(run_parked_bench(args.n, args.cache, not args.no_write))
 
 
 if __name__ == "__main__":

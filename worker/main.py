@@ -9,11 +9,14 @@ import signal
 from pathlib import Path
 
 import asyncpg
+from pydantic import ValidationError
 from temporalio.runtime import Runtime
 
 from db.pool import CONNECT_ERRORS, create_pool
+from ingress.config import ConfigError, PolicyLocation, load_callback_targets
+from protocol.action_callback import CallbackTarget
 from worker.client import connect_temporal, sdk_runtime
-from worker.gc_policy import apply_gc_policy
+from worker.gc_policy import WORKER_YOUNG_THRESHOLD, apply_gc_policy
 from worker.link_counts import fold_counts
 from worker.observability import configure_logging, configure_tracing
 from worker.runtime import (
@@ -67,6 +70,15 @@ def check_configuration(settings: RuntimeSettings) -> None:
             raise Misconfigured(variable, "is not a readable file")
 
 
+def _callback_targets() -> dict[str, CallbackTarget]:
+    """S-2: where workflow-action completions go, from the ingress policy file (never from
+    a workflow's input); refused at start, naming the variable, when it cannot be read."""
+    try:
+        return load_callback_targets(PolicyLocation())
+    except (ConfigError, ValidationError) as exc:
+        raise Misconfigured("CONNECTOR_PUSH_INGRESS_CONFIG", str(exc)) from None
+
+
 async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = None) -> None:
     """Run until `stop` is set (or SIGINT/SIGTERM when no event is given).
 
@@ -74,9 +86,17 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     remote side effect (schedules, rate limits): a misconfigured worker changes nothing.
     """
     check_configuration(settings)
-    apply_gc_policy()  # everything the worker runs is imported by now
+    callback_targets = _callback_targets()
+    # Everything the worker runs is imported by now; CPython's young threshold, not the
+    # CLI's (the CLI's root callback applied that before this command ran): gc_policy.
+    apply_gc_policy(WORKER_YOUNG_THRESHOLD)
     configure_logging(settings)
     configure_tracing(settings, "connector-push-worker")
+    if not callback_targets:
+        log.warning(
+            "no workflow-action callback targets (CONNECTOR_PUSH_INGRESS_CONFIG unset or "
+            "naming none): must-complete actions stop without a completion (S-2)"
+        )
     stop = stop or _stop_on_signals()
     runtime = sdk_runtime(settings)
     try:
@@ -99,6 +119,7 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
                 http,
                 settings.task_queue,
                 max_cached_workflows=settings.max_cached_workflows,
+                callback_targets=callback_targets,
             )
             gauges = _status_gauges(pool, runtime, stop)
             folding = asyncio.create_task(fold_counts(pool, stop))
