@@ -74,7 +74,7 @@ test:
 # recorded histories without one), and the LinkWorkflow's control flow on stub activities
 # (the time-skipping server, ~0.3 s to start; a few seconds in all: STYLE rule 20). Under a
 # minute here; `make test` runs everything.
-CONTROL_FLOW_TESTS := tests/workflows/test_link_control_flow.py tests/workflows/test_link_continue_as_new.py
+CONTROL_FLOW_TESTS := tests/workflows/test_link_control_flow.py tests/workflows/test_link_continue_as_new.py tests/workflows/test_link_stub_names.py
 check: lint
 	$(BIN)/pytest -q -n 2 tests/unit tests/replay $(CONTROL_FLOW_TESTS)
 
