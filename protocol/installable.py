@@ -34,10 +34,22 @@ def shared_destination_problems(m: PackManifest) -> Iterator[str]:
             )
 
 
+def key_retention_problems(m: PackManifest) -> Iterator[str]:
+    """G-5: a remote forgets idempotency keys; a profile that re-sends a create under one
+    says for how long the remote honours it, or re-sends would be blind."""
+    for i, profile in enumerate(m.profiles):
+        post = profile.idempotency.post
+        if post is not None and post.key_retention is None:
+            yield (
+                f"profiles[{i}].idempotency.post.keyRetention: required with idempotency.post: "
+                "how long the remote honours a key, e.g. 24h, PT24H or 86400 (seconds) (G-5)"
+            )
+
+
 def check_installable(manifest: PackManifest) -> PackManifest:
     """The rules a manifest must meet to be installed, beyond parsing (a stored install
     from before a rule still parses); raises `ManifestInvalid`."""
-    problems = tuple(shared_destination_problems(manifest))
+    problems = (*shared_destination_problems(manifest), *key_retention_problems(manifest))
     if problems:
         raise ManifestInvalid(problems)
     return manifest

@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic import model_validator as _model_validator
 from pydantic.alias_generators import to_camel
 
+from protocol.durations import KeyRetentionSeconds
 from protocol.pack_fields import (
     BaseUrl,
     CreatePath,
@@ -129,9 +130,21 @@ class RetryPolicy(PackModel):
 
 
 class PostIdempotency(PackModel):
-    """The remote de-duplicates POSTs carrying the same key in `header`."""
+    """The remote de-duplicates POSTs carrying the same key in `header`, for
+    `key_retention` seconds after it first saw the key (G-5: required by `pack apply`;
+    an install from before it parses without one, and re-sends nothing on that basis)."""
 
     header: NonEmpty
+    key_retention: KeyRetentionSeconds | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_an_undeclared_retention(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Undeclared, it dumps as before it existed: a stored install's digests stand."""
+        data = handler(self)
+        if self.key_retention is None and isinstance(data, dict):
+            data.pop("keyRetention", None)
+            data.pop("key_retention", None)
+        return data
 
 
 class Idempotency(PackModel):

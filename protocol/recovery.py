@@ -1,4 +1,4 @@
-"""Recovery from the send journal (SPEC JRN-1, JRN-2, REC-4, PROF-1, PROF-2, §15 C-1..C-3).
+"""Recovery from the send journal (SPEC JRN-1, JRN-2, REC-4, PROF-1, PROF-2, §15 C-1..C-3, §17 G-5).
 
 Rules kept in this module:
 1. A journal entry is one try that passed its fence (its checkpoint
@@ -15,7 +15,12 @@ Rules kept in this module:
    (C-2): a PATCH may only be proved applied by a read-back GET. A PATCH whose
    newest answer was a 409/412 that no read-back settled (an earlier PATCH of ours
    may be what moved the entity tag) parks too when its retries run out.
-4. `next_step` (and `on_definite_rejection` for an answered refusal) is the one
+4. A replay-safe re-send counts on the remote still honouring the key (G-5): only
+   within the frozen `keyRetention`, counted from the first try's send, with one
+   remote activity's start-to-close to spare. Past it, or where the retention, the
+   first send's time or the clock is unknown, a re-send is not replay-safe: the unique
+   locator is looked up if declared, otherwise the create parks ambiguous.
+5. `next_step` (and `on_definite_rejection` for an answered refusal) is the one
    decision every path takes (activity retries, retry exhaustion, operator
    actions); the database enforces rules 1-3 with the same status sets
    (migrations 0010 and 0100, tested against this module).
@@ -24,12 +29,13 @@ Rules kept in this module:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
 from protocol.snapshots import ProfileSnapshot, Snapshot
 from protocol.states import AttemptStatus, PatchStatus
+from protocol.timeouts import REMOTE_ACTIVITY_START_TO_CLOSE
 
 # 408 Request Timeout, 425 Too Early, 429 Too Many Requests: "not processed (yet)" by
 # convention, but only a profile's declaration (PROF-1) makes one proof of no effect.
@@ -120,6 +126,8 @@ class RecoveryInput(Snapshot):
     # C-3: a create of the deferred association lane is never replayed.
     deferred: bool = False
     exhausted: bool = False
+    # The caller's clock when it decides (a re-send's key retention, G-5; PROF-1's
+    # budget); None: no time-bound allowance is proven (fail closed).
     now: datetime | None = None
 
 
@@ -185,6 +193,21 @@ def on_patch_conflict(earlier: int, contract: ProfileSnapshot) -> Decision:
             may_have_landed=earlier,
         )
     return Decision(step=Step.SUSPEND_CONFLICT, reason="the remote object changed (conflict)")
+
+
+def key_retained(ctx: RecoveryInput) -> bool:
+    """G-5: the remote still honours the create's frozen idempotency key for a re-send
+    decided at `ctx.now` (rule 4): the frozen retention, counted from the first try's
+    send, has at least one remote activity's start-to-close (the re-send's whole life)
+    left. Unknown retention, send time or clock: not retained."""
+    retention = ctx.contract.post_key_retention_seconds
+    sent = [e.sending_at for e in ctx.journal if e.sending_at is not None]
+    if not ctx.contract.post_replay_safe or retention is None or ctx.now is None or not sent:
+        return False
+    if len(sent) != len(ctx.journal):
+        return False  # a try without its send time: its key's age is unknown
+    expires = min(sent) + timedelta(seconds=retention)
+    return ctx.now + REMOTE_ACTIVITY_START_TO_CLOSE < expires
 
 
 def _settled(ctx: RecoveryInput) -> Decision | None:
@@ -255,8 +278,10 @@ def _after_possible_effect(ctx: RecoveryInput, landed: int) -> Decision:
             reason=f"{why}; a deferred-lane create is never replayed (C-3)",
             may_have_landed=landed,
         )
-    if contract.post_replay_safe:
+    if key_retained(ctx):
         return Decision(step=Step.RESEND_REPLAY_SAFE, reason=why, may_have_landed=landed)
+    if contract.post_idempotency_header is not None:
+        why = f"{why}; {_key_not_retained(contract)}"
     if contract.locator_recovery is not None:
         return Decision(step=Step.LOOKUP_LOCATOR, reason=why, may_have_landed=landed)
     return Decision(
@@ -264,3 +289,14 @@ def _after_possible_effect(ctx: RecoveryInput, landed: int) -> Decision:
         reason=f"{why}; the profile declares no safe re-send",
         may_have_landed=landed,
     )
+
+
+def _key_not_retained(contract: ProfileSnapshot) -> str:
+    """Why a re-send under the idempotency key is not replay-safe (G-5), for operators."""
+    retention = contract.post_key_retention_seconds
+    if retention is None:
+        return (
+            "the idempotency key's retention was not frozen with this request (keyRetention"
+            " undeclared): treated as expired (G-5)"
+        )
+    return f"the idempotency key may have expired (keyRetention {retention} s, G-5)"

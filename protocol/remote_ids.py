@@ -1,4 +1,4 @@
-"""Canonical remote ids (SPEC PROF-4, ID-4).
+"""Canonical remote ids (SPEC PROF-4, ID-4, S-6).
 
 Every entry that stores a remote id (finalize, reconcile, backfill) passes it
 through `check_remote_id` first, so ' 1002' can never sit beside '1002' as a
@@ -17,6 +17,9 @@ from protocol.identity import has_control_character
 # What the CHECK constraint refuses too (ASCII whitespace and control characters);
 # the Python rule is stricter: any Unicode whitespace, control or format character.
 MAX_REMOTE_ID_LENGTH: Final = 512
+# Path segments that address the collection or its parent, not an object (S-6): a PATCH
+# to `.../contacts/..` would go to another URL than the object's.
+DOT_SEGMENTS: Final = frozenset({".", ".."})
 
 
 class RemoteIdError(ValueError):
@@ -42,6 +45,8 @@ def check_remote_id(raw: str, pattern: str | None = None) -> str:
         raise RemoteIdError("remote id is empty", None)
     if len(raw) > MAX_REMOTE_ID_LENGTH:
         raise RemoteIdError(f"remote id is longer than {MAX_REMOTE_ID_LENGTH} characters", None)
+    if raw.strip() in DOT_SEGMENTS:
+        raise RemoteIdError(f"remote id {raw!r} is a path segment, not an object id", None)
     if raw != raw.strip():
         message = f"remote id {raw!r} has leading or trailing whitespace"
         raise RemoteIdError(message, _canonical_form(raw))

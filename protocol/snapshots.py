@@ -115,6 +115,10 @@ class ProfileSnapshot(Snapshot):
     readback: bool = False
     readback_path_template: str | None = None
     remote_id_pattern: str | None = None
+    # G-5: how long the remote honours `post_idempotency_header`'s key, counted from the
+    # first try's send. None (frozen before it was declared, or by a pack that did not
+    # declare it): retention 0, so no re-send of this create is ever replay-safe.
+    post_key_retention_seconds: int | None = None
 
     @classmethod
     def of(cls, profile: Profile) -> ProfileSnapshot:
@@ -144,11 +148,14 @@ class ProfileSnapshot(Snapshot):
             readback=profile.readback is not None,
             readback_path_template=profile.readback.path if profile.readback else None,
             remote_id_pattern=profile.remote_id_pattern,
+            post_key_retention_seconds=post.key_retention if post else None,
         )
 
     @property
     def post_replay_safe(self) -> bool:
-        return self.post_idempotency_header is not None
+        """The remote de-duplicates this create by its key for a declared time (G-5); how
+        much of it is left is `protocol.recovery.key_retained`'s question."""
+        return self.post_idempotency_header is not None and bool(self.post_key_retention_seconds)
 
 
 class ActionConfigSnapshot(Snapshot):

@@ -62,6 +62,10 @@ def admin_routes(
     async def objects(request: Request) -> Response:
         return JSONResponse({"results": store.list_objects(request.path_params["object_type"])})
 
+    async def age_keys(request: Request) -> Response:
+        seconds = float(request.query_params.get("seconds", "0"))
+        return JSONResponse({"keys": store.age_keys(seconds)})
+
     return [
         Route(ADMIN + "/health", health, methods=["GET"]),
         Route(ADMIN + "/reset", reset, methods=["POST"]),
@@ -71,6 +75,7 @@ def admin_routes(
         Route(ADMIN + "/ledger", ledger, methods=["GET"]),
         Route(ADMIN + "/callbacks", callbacks, methods=["GET"]),
         Route(ADMIN + "/objects/{object_type}", objects, methods=["GET"]),
+        Route(ADMIN + "/idempotency/age", age_keys, methods=["POST"]),
         *_rate_limit_routes(limiter),
     ]
 

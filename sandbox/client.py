@@ -54,6 +54,15 @@ class SandboxClient:
         results: list[dict[str, object]] = response.raise_for_status().json()["results"]
         return results
 
+    async def age_idempotency_keys(self, seconds: float) -> int:
+        """Make every stored idempotency key `seconds` older (G-5: the remote forgets keys
+        after its TTL); how many keys the sandbox holds."""
+        response = await self._http.post(
+            f"{self._base}/idempotency/age", params={"seconds": seconds}
+        )
+        keys: int = response.raise_for_status().json()["keys"]
+        return keys
+
     async def rate_limit(self) -> RateLimitReport:
         """The limits in force, 429s answered per object type and every admitted request."""
         response = await self._http.get(f"{self._base}/rate-limit")

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # HubSpot allows at most ten unique-value properties per object type.
 MAX_UNIQUE_PROPERTIES = 10
+# Remotes that honour idempotency keys commonly keep them for a day.
+DEFAULT_KEY_TTL_S = 86_400.0
 
 
 class RateLimitConfig(BaseModel):
@@ -20,12 +22,15 @@ class RateLimitConfig(BaseModel):
 
 
 class ObjectTypeConfig(BaseModel):
-    """How one object type behaves: which properties are unique, whether keys are honoured."""
+    """How one object type behaves: which properties are unique, whether keys are honoured
+    and for how long (`idempotency_key_ttl_s`: after it a reused key creates a second
+    object, as a real remote that forgets keys does, SPEC G-5)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     unique_properties: tuple[str, ...] = Field(default=(), max_length=MAX_UNIQUE_PROPERTIES)
     idempotency: bool = False
+    idempotency_key_ttl_s: float = Field(default=DEFAULT_KEY_TTL_S, gt=0)
     # Overrides `SandboxConfig.rate_limit` for this type.
     rate_limit: RateLimitConfig | None = None
 

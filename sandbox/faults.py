@@ -11,12 +11,24 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 FaultAction = Literal[
-    "delay_ms", "status", "reset_before_effect", "reset_after_effect", "hang_after_effect"
+    "delay_ms",
+    "status",
+    "reset_before_effect",
+    "reset_after_effect",
+    "hang_after_effect",
+    "drip_after_effect",
 ]
+# The largest answer body a `status` rule may be padded to (S-6 tests send over 1 MiB).
+MAX_FAULT_BODY_BYTES = 16 * 1024 * 1024
 
 
 class FaultRuleSpec(BaseModel):
-    """A rule as posted to `/_sandbox/faults`; `delay_ms` is applied before any action."""
+    """A rule as posted to `/_sandbox/faults`; `delay_ms` is applied before any action.
+
+    `drip_after_effect` applies the request, then sends its answer's status line and
+    headers at once and its body one byte every `drip_ms` (a slow, healthy remote: each
+    read is quick, the whole answer is not). A `status` rule's body may be padded to
+    `body_bytes` bytes or nested `body_depth` levels deep instead of `body` (S-6)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -33,6 +45,9 @@ class FaultRuleSpec(BaseModel):
     retry_after: str | None = None
     body: JsonValue = None
     hang_ms: int = Field(default=30_000, ge=0, le=600_000)
+    drip_ms: int = Field(default=1_000, ge=1, le=60_000)
+    body_bytes: int | None = Field(default=None, ge=2, le=MAX_FAULT_BODY_BYTES)
+    body_depth: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @field_validator("retry_after", mode="before")
     @classmethod
@@ -45,6 +60,8 @@ class FaultRuleSpec(BaseModel):
             raise ValueError("give nth or probability, not both")
         if self.action == "status" and self.status is None:
             raise ValueError("action 'status' needs a status")
+        if self.body_bytes is not None and self.body_depth is not None:
+            raise ValueError("give body_bytes or body_depth, not both")
         if self.path_syntax == "regex":
             _check_regex(self.path)
         return self

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import assert_never
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandbox.connections import ConnectionRegistry
@@ -51,6 +52,10 @@ class FaultInjector:
             case "hang_after_effect":
                 await self._app(scope, receive, _swallow)
                 await self._hang(rule, scope, receive)
+            case "drip_after_effect":
+                answer = _Captured()
+                await self._app(scope, receive, answer)
+                await _drip(answer, rule.drip_ms / 1000, receive, send)
             case _:
                 assert_never(rule.action)
 
@@ -71,10 +76,28 @@ class FaultInjector:
         await _wait_for_disconnect(receive, timeout_s=RESET_NOTICE_S)
 
 
-def _status_response(rule: FaultRuleSpec) -> JSONResponse:
+def _status_response(rule: FaultRuleSpec) -> Response:
     headers = {"Retry-After": rule.retry_after} if rule.retry_after is not None else {}
     assert rule.status is not None  # guaranteed by FaultRuleSpec's validator
+    if rule.body_bytes is not None:  # a JSON object that many bytes long, sent chunked
+        return StreamingResponse(
+            _padded(rule.body_bytes), rule.status, headers, media_type="application/json"
+        )
+    if rule.body_depth is not None:  # valid JSON nested that deep
+        raw = b"[" * rule.body_depth + b"]" * rule.body_depth
+        return Response(raw, rule.status, headers, media_type="application/json")
     return JSONResponse(_status_body(rule, rule.status), rule.status, headers)
+
+
+async def _padded(size: int) -> AsyncIterator[bytes]:
+    """`{"pad":"xxx…"}`, `size` bytes in all, in 64 KiB chunks with no declared length."""
+    yield b'{"pad":"'
+    left = max(0, size - 10)
+    while left > 0:
+        chunk = min(left, 65_536)
+        yield b"x" * chunk
+        left -= chunk
+    yield b'"}'
 
 
 def _status_body(rule: FaultRuleSpec, status: int) -> object:
@@ -95,6 +118,38 @@ async def _swallow(message: Message) -> None:
     """Discard the app's answer: after-effect faults run it only for its effect."""
 
 
+class _Captured:
+    """The app's answer, kept to be sent later (`drip_after_effect`)."""
+
+    def __init__(self) -> None:
+        self.start: Message | None = None
+        self.body = b""
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.start = message
+        elif message["type"] == "http.response.body":
+            self.body += message.get("body", b"")
+
+
+async def _drip(answer: _Captured, every_s: float, receive: Receive, send: Send) -> None:
+    """The status line and headers now, then the body a byte at a time, until it is all
+    sent or the client hangs up (then the rest is dropped)."""
+    assert answer.start is not None, "the app always answers"
+    gone = asyncio.ensure_future(_until_disconnect(receive))
+    try:
+        await send(answer.start)
+        for i in range(len(answer.body)):
+            chunk = answer.body[i : i + 1]
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await asyncio.wait([gone], timeout=every_s)
+            if gone.done():
+                return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        gone.cancel()
+
+
 async def _drain(receive: Receive) -> None:
     while True:
         message = await receive()
@@ -102,15 +157,15 @@ async def _drain(receive: Receive) -> None:
             return
 
 
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 async def _wait_for_disconnect(receive: Receive, timeout_s: float) -> bool:
     """Wait until the client disconnects; False if `timeout_s` passed first."""
-
-    async def disconnected() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
     try:
-        await asyncio.wait_for(disconnected(), timeout_s)
+        await asyncio.wait_for(_until_disconnect(receive), timeout_s)
     except TimeoutError:
         return False
     return True

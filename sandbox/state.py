@@ -20,12 +20,15 @@ class StoredObject(BaseModel):
 
 
 class IdempotencyRecord(BaseModel):
-    """The first answer given to an `Idempotency-Key`, replayed on reuse with the same body."""
+    """The first answer given to an `Idempotency-Key`, replayed on reuse with the same body
+    until the type's key TTL has passed since `stored_at_s` (epoch seconds; a record saved
+    before keys expired counts as stored at the epoch: expired)."""
 
     body_sha256: str
     object_id: str
     status: int
     body: JsonValue
+    stored_at_s: float = 0.0
 
 
 class LedgerEntry(BaseModel):

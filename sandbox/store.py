@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pydantic import JsonValue
 
 from sandbox.config import ObjectTypeConfig, SandboxConfig
@@ -36,7 +38,7 @@ class ObjectStore:
         try:
             type_config = self._type_config(object_type)
             key = idempotency_key if type_config.idempotency else None
-            replay = self._replay(object_type, key, raw, idempotency_key)
+            replay = self._replay(type_config, object_type, key, raw, idempotency_key)
             if replay is not None:
                 return replay
             properties = _parse_properties(raw)
@@ -156,14 +158,30 @@ class ObjectStore:
             if existing is not None and existing.id != exclude_id:
                 raise Rejected(_conflict(object_type, prop, value, existing.id))
 
+    def age_keys(self, seconds: float) -> int:
+        """Make every stored idempotency key `seconds` older (tests: as if that much time
+        passed for the remote's keys); how many keys there are."""
+        records = [r for keys in self._holder.state.idempotency.values() for r in keys.values()]
+        for record in records:
+            record.stored_at_s -= seconds
+        self._holder.commit()
+        return len(records)
+
     def _replay(
-        self, object_type: str, key: str | None, raw: bytes, sent_key: str | None
+        self,
+        type_config: ObjectTypeConfig,
+        object_type: str,
+        key: str | None,
+        raw: bytes,
+        sent_key: str | None,
     ) -> Reply | None:
         if key is None:
             return None
         record = self._holder.state.idempotency.get(object_type, {}).get(key)
         if record is None:
             return None
+        if time.time() - record.stored_at_s > type_config.idempotency_key_ttl_s:
+            return None  # forgotten (G-5): the request is new, and the key is stored again
         if record.body_sha256 != sha256_hex(raw):
             message = "Idempotency-Key was already used with a different request body"
             raise Rejected(error(422, "VALIDATION_ERROR", message))
@@ -190,7 +208,11 @@ class ObjectStore:
         body = render(obj)
         if key is not None:
             record = IdempotencyRecord(
-                body_sha256=sha256_hex(raw), object_id=object_id, status=201, body=body
+                body_sha256=sha256_hex(raw),
+                object_id=object_id,
+                status=201,
+                body=body,
+                stored_at_s=time.time(),
             )
             state.idempotency.setdefault(object_type, {})[key] = record
         unique = _unique(type_config, properties)

@@ -6,6 +6,7 @@ so every one of them decides from the same evidence with `protocol.recovery`.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -27,10 +28,13 @@ MAX_NOT_APPLIED_DELAY_S = 300.0
 
 
 async def attempt_recovery(
-    conn: Conn, attempt: asyncpg.Record, profile: ProfileSnapshot
+    conn: Conn, attempt: asyncpg.Record, profile: ProfileSnapshot, now: datetime | None = None
 ) -> RecoveryInput:
+    """The create's recovery input, decided at `now` (default: this process's clock), so a
+    re-send's key retention can be proven (G-5)."""
     rows = await jq.attempt_journal(conn, str(attempt["attempt_id"]))
     return RecoveryInput(
+        now=now or datetime.now(UTC),
         kind=SendKind.CREATE,
         status=attempt["status"],
         journal=journal_entries(rows),

@@ -139,7 +139,7 @@ def plain_profile_turns_idempotent(doc: Doc) -> None:
     """`sandbox-plain` (companies) now declares an Idempotency-Key for POST: drift the
     matrix calls frozen-no-effect for an active create, so the frozen request is sent."""
     plain = next(p for p in doc["profiles"] if p["name"] == "sandbox-plain")  # type: ignore[union-attr]
-    plain["idempotency"] = {"post": {"header": "Idempotency-Key"}}
+    plain["idempotency"] = {"post": {"header": "Idempotency-Key", "keyRetention": "24h"}}
 
 
 async def test_recovery_reads_the_frozen_profile_not_the_live_one(

@@ -63,6 +63,7 @@ def create(
     **kw: object,
 ) -> Step:
     kw.setdefault("checkpoint_set", bool(journal))
+    kw.setdefault("now", T0 + timedelta(minutes=1))  # well within the key's retention (G-5)
     return step_of(SendKind.CREATE, journal, profile, status, **kw)
 
 
