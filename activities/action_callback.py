@@ -4,20 +4,36 @@ live."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import asyncpg
 import httpx
 from temporalio import activity
 
-from protocol.action_callback import DeliverInput, ExecutionIdInput, ExecutionView, StopInput
+from protocol.action_callback import (
+    CallbackTarget,
+    DeliverInput,
+    ExecutionIdInput,
+    ExecutionView,
+    StopInput,
+)
 from services import action_callback as phases
 
 
 class ActionCallbackActivities:
-    """Bound to the worker's pool and its shared HTTP client (timeout below start-to-close)."""
+    """Bound to the worker's pool, its shared HTTP client (timeout below start-to-close)
+    and the completion targets of its ingress policy, by endpoint name (S-2; none given:
+    no completion is sent anywhere)."""
 
-    def __init__(self, pool: asyncpg.Pool, http: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        http: httpx.AsyncClient,
+        targets: Mapping[str, CallbackTarget] | None = None,
+    ) -> None:
         self._pool = pool
         self._http = http
+        self._targets: Mapping[str, CallbackTarget] = targets if targets is not None else {}
 
     @activity.defn
     async def load_execution(self, input: ExecutionIdInput) -> ExecutionView:
@@ -37,7 +53,7 @@ class ActionCallbackActivities:
     @activity.defn
     async def deliver(self, input: DeliverInput) -> ExecutionView:
         """Phase 3: POST the completion; 2xx/409 done, 401/403/4xx stopped, else raise to retry."""
-        return await phases.deliver(self._pool, self._http, input)
+        return await phases.deliver(self._pool, self._http, input, self._targets)
 
     @activity.defn
     async def stop(self, input: StopInput) -> ExecutionView:

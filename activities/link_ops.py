@@ -1,6 +1,7 @@
 """The LinkWorkflow's activities after the create: PATCH dispatch, remote evidence,
 parking on exhausted retries and operator actions (SPEC PATCH-1..3, ING-6, REC-3,
-WF-3): thin adapters over `services.patch` and `services.link_ops`."""
+WF-3): thin adapters over `services.patch`, `services.remote_evidence` and
+`services.link_ops`."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from services import link_ops
 from services.dispatch_hooks import DispatchHooks
 from services.link_step import StepFailed, StepRetry
 from services.patch.dispatch import dispatch_patch
+from services.remote_evidence import apply_stored_remote_evidence
 
 
 class LinkOpsActivities:
@@ -44,9 +46,10 @@ class LinkOpsActivities:
 
     @activity.defn
     async def apply_remote_evidence(self, input: EvidenceInput) -> StepResult:
-        """ING-6: the remote deleted the linked object: suspend the link, never re-create."""
+        """ING-6: the remote deleted the linked object: suspend the link, never re-create;
+        only for a deletion event Postgres holds for that object (S-2)."""
         step = link_step(self._pool, self._http, self._hooks)
-        return await link_ops.apply_remote_evidence(step, input.link_key, input.evidence)
+        return await apply_stored_remote_evidence(step, input.link_key, input.evidence)
 
     @activity.defn
     async def park_exhausted(self, input: ParkInput) -> StepResult:

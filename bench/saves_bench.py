@@ -65,7 +65,7 @@ def _policy(batch: int) -> dict[str, object]:
         "identity": {"kind": "legacy", "path": "eventId"},
     }
     save_api = {
-        "clients": [{"name": "bench", "key_env": "BENCH_SAVE_KEY"}],
+        "clients": [{"name": "bench", "key_env": "BENCH_SAVE_KEY", "owners": ["demo-owner"]}],
         "max_batch": batch,
         "deadline_ms": 30_000,  # throughput is measured here, not latency
         "wake_timeout_ms": 0,
@@ -79,10 +79,10 @@ async def seed(dsn: str, records: int) -> None:
     try:
         await apply_pack(conn, yaml.safe_load((EXAMPLES / "demo-pack.yaml").read_text()))
         await conn.execute(
-            "INSERT INTO crm_record (source_object, record_id, fields) "
+            "INSERT INTO crm_record (source_object, record_id, fields, owner_key) "
             "SELECT 'Contact', 'b-' || lpad(g::text, 7, '0'), "
-            "jsonb_build_object('FirstName', 'B', 'Email', 'b' || g || '@bench.test') "
-            "FROM generate_series(1, $1) g",
+            "jsonb_build_object('FirstName', 'B', 'Email', 'b' || g || '@bench.test'), "
+            "'demo-owner' FROM generate_series(1, $1) g",
             records,
         )
         grants = {"user": "alice", "object": "Contact", "records": "*", "fields": FIELDS}

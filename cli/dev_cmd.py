@@ -232,7 +232,9 @@ class DevStack:
             sandbox_args += ["--persist", str(self.config.resolve(sandbox.persist_file))]
         now = time.monotonic()
         self.children.spawn_cli("sandbox", sandbox_args, env, now)
-        worker_env = dict(env)
+        policy = str(ingress_policy_file(self.config))
+        # S-2: the worker resolves workflow-action completion targets from the same policy.
+        worker_env = {**env, "CONNECTOR_PUSH_INGRESS_CONFIG": policy}
         if (metrics := self.config.worker_metrics) is not None:
             worker_env["CONNECTOR_PUSH_METRICS_BIND_ADDRESS"] = f"{metrics.host}:{metrics.port}"
         self.children.spawn_cli("worker", ["worker"], worker_env, now)
@@ -246,7 +248,6 @@ class DevStack:
             "DEMO_ACTION_SECRET": os.environ.get("DEMO_ACTION_SECRET", DEV_ACTION_SECRET),
             "DEMO_SAVE_API_KEY": os.environ.get("DEMO_SAVE_API_KEY", DEV_SAVE_API_KEY),
         }
-        policy = str(ingress_policy_file(self.config))
         self.children.spawn_cli("ingress", ["ingress", "--config", policy], ingress_env, now)
 
     def stop(self) -> None:

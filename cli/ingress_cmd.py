@@ -109,6 +109,11 @@ def _print_readback(data: dict[str, object]) -> None:
             f"key_present={client['key_present']}",
             highlight=False,
         )
+        users = "any user" if client["users"] is None else ", ".join(client["users"])
+        console.print(
+            f"  saves for owners: {', '.join(client['owners'])}; users: {users}",
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

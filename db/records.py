@@ -113,16 +113,26 @@ RETURNING version
 # Loading merges the given fields into an existing record (fields it does not
 # name, such as mirror fields written back by a push, are kept); the version
 # moves only when something actually changed, so reloading a file is a no-op.
+# An owner given replaces the record's (S-1); none given keeps what it had.
 UPSERT_RECORD: Final = """
-INSERT INTO crm_record (source_object, record_id, fields, version, deleted, updated_at)
-VALUES ($1, $2, $3::jsonb, 1, $4, now())
+INSERT INTO crm_record (source_object, record_id, fields, version, deleted, updated_at, owner_key)
+VALUES ($1, $2, $3::jsonb, 1, $4, now(), $5)
 ON CONFLICT (source_object, record_id) DO UPDATE
 SET fields = crm_record.fields || EXCLUDED.fields,
     deleted = EXCLUDED.deleted,
+    owner_key = COALESCE(EXCLUDED.owner_key, crm_record.owner_key),
     version = crm_record.version + 1,
     updated_at = now()
 WHERE NOT (crm_record.fields @> EXCLUDED.fields) OR crm_record.deleted <> EXCLUDED.deleted
+   OR crm_record.owner_key IS DISTINCT FROM COALESCE(EXCLUDED.owner_key, crm_record.owner_key)
 RETURNING version
+"""
+
+# The owner key of each named record (S-1); records the store does not have are omitted.
+SELECT_OWNERS: Final = """
+SELECT r.source_object, r.record_id, r.owner_key
+FROM unnest($1::text[], $2::text[]) AS k(source_object, record_id)
+JOIN crm_record r USING (source_object, record_id)
 """
 
 UPSERT_OBJECT_PERMISSION: Final = """
@@ -247,10 +257,22 @@ async def upsert_record(
     fields: Mapping[str, JsonValue],
     *,
     deleted: bool = False,
+    owner_key: str | None = None,
 ) -> int | None:
-    """Insert or merge a record; its version when written, None when already identical."""
-    version = await conn.fetchval(UPSERT_RECORD, source_object, record_id, _json(fields), deleted)
+    """Insert or merge a record; its version when written, None when already identical.
+    `owner_key`: the connector owner it belongs to (S-1); None keeps the stored one."""
+    version = await conn.fetchval(
+        UPSERT_RECORD, source_object, record_id, _json(fields), deleted, owner_key
+    )
     return None if version is None else int(version)
+
+
+async def select_owners(
+    conn: Conn, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], str | None]:
+    """The owner key of each `(source_object, record_id)` held (None: loaded without one)."""
+    rows = await conn.fetch(SELECT_OWNERS, [k[0] for k in keys], [k[1] for k in keys])
+    return {(r["source_object"], r["record_id"]): r["owner_key"] for r in rows}
 
 
 async def upsert_object_permission(

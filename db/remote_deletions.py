@@ -48,6 +48,27 @@ ORDER BY l.link_key, d.recorded_at, d.event_id
 """
 
 
+# S-2: whether `event_id` is a stored deletion event of the object link `$1` points at:
+# the event row (before settling, and until retention prunes it) or the deletion evidence
+# recorded from it (after). An id nobody stored, or one of another object, names nothing.
+LINK_OBJECT_DELETED_BY: Final = """
+SELECT l.target_object, l.remote_id
+FROM connector_remote_link l
+WHERE l.link_key = $1 AND (
+    EXISTS (
+        SELECT 1 FROM connector_event e
+        WHERE e.event_id = $2 AND e.handler = $3 AND e.target_object = l.target_object
+          AND e.remote_object_id = l.remote_id AND e.remote_scope = l.remote_scope
+    )
+    OR EXISTS (
+        SELECT 1 FROM connector_remote_deletion d
+        WHERE d.event_id = $2 AND d.target_object = l.target_object
+          AND d.remote_id = l.remote_id AND d.remote_scope = l.remote_scope
+    )
+)
+"""
+
+
 def _deletion(row: Record) -> RemoteDeletion:
     return RemoteDeletion.model_validate({k: row[k] for k in RemoteDeletion.model_fields})
 
@@ -81,3 +102,12 @@ async def of_links(conn: Conn, link_keys: list[str]) -> dict[str, list[RemoteDel
     for row in await conn.fetch(OF_LINKS, link_keys):
         found.setdefault(row["link_key"], []).append(_deletion(row))
     return found
+
+
+async def link_object_deleted_by(
+    conn: Conn, link_key: str, event_id: str, handler: str
+) -> tuple[str, str] | None:
+    """The link's (target object, remote id) when `event_id` is a stored `handler` event
+    (or recorded deletion) of exactly that object; None otherwise."""
+    row = await conn.fetchrow(LINK_OBJECT_DELETED_BY, link_key, event_id, handler)
+    return None if row is None else (row["target_object"], row["remote_id"])

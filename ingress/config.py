@@ -16,6 +16,7 @@ import yaml
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from protocol.action_callback import CallbackTarget, callback_targets
 from protocol.ingress_policy import (
     BATCH_RULE,
     BREAK_GLASS_ACK_DROP,
@@ -127,6 +128,20 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return "not valid YAML"
 
 
+def load_callback_targets(location: PolicyLocation) -> dict[str, CallbackTarget]:
+    """The workflow-action completion targets the worker sends to, by endpoint (S-2), from
+    the policy file the ingress runs (`CONNECTOR_PUSH_INGRESS_CONFIG`); none without one
+    (every completion then stops, nothing sent). An unreadable or invalid file refuses."""
+    if location.config is None:
+        return {}
+    try:
+        text = location.config.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the ingress policy: {type(exc).__name__}") from None
+    policy = parse_policy(text, break_glass_ack_drop=location.break_glass_ack_drop)
+    return callback_targets(policy)
+
+
 def resolve_secrets(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, SecretStr]:
     """Read each endpoint's secret from the variable it names; refuse if any is unset or
     not UTF-8."""
@@ -224,14 +239,21 @@ def readback(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, obj
 
 
 def _save_api_readback(policy: IngressPolicy, environ: Mapping[str, str]) -> object:
-    """The save API's clients (whether each key variable is set, never the key) and limits;
-    None when it is not served."""
+    """The save API's clients (whether each key variable is set, never the key; the owners
+    and users each may save for) and limits; None when it is not served."""
     save_api = policy.save_api
     if save_api is None:
         return None
     return {
         "clients": [
-            {"name": c.name, "key_env": c.key_env, "key_present": bool(environ.get(c.key_env))}
+            {
+                "name": c.name,
+                "key_env": c.key_env,
+                "key_present": bool(environ.get(c.key_env)),
+                # S-1: whom it may save for (users None: any user of those owners)
+                "owners": sorted(c.owners),
+                "users": None if c.users is None else sorted(c.users),
+            }
             for c in save_api.clients
         ],
         "max_batch": save_api.max_batch,

@@ -24,7 +24,6 @@ from db.ingress_queries import UnstartedExecution, mark_events_started, mark_exe
 from protocol.action_callback import (
     ACTION_CALLBACK_WORKFLOW,
     ActionCallbackInput,
-    CallbackTarget,
     action_workflow_id,
 )
 from protocol.inbound import INBOUND_EVENT_WORKFLOW, InboundEventInput, event_workflow_id
@@ -35,13 +34,6 @@ log = logging.getLogger(__name__)
 warn = ThrottledLog(log)
 
 START_TIMEOUT_S: Final = 2.0
-
-
-def callback_target(endpoint: WorkflowActionEndpoint) -> CallbackTarget:
-    assert endpoint.callback_base_url is not None  # the policy requires it for must_complete
-    return CallbackTarget(
-        base_url=endpoint.callback_base_url, credential_ref=endpoint.callback_credential_ref
-    )
 
 
 class WorkflowStarter:
@@ -105,10 +97,9 @@ class WorkflowStarter:
         if endpoint is None or endpoint.callback_base_url is None:
             warn.warning("no callback target for endpoint %s", execution.endpoint)
             return False
+        # Ids only (S-2): the worker resolves the completion target from its own policy.
         arg = ActionCallbackInput(
-            execution_id=execution.execution_id,
-            callback_id=execution.callback_id,
-            target=callback_target(endpoint),
+            execution_id=execution.execution_id, callback_id=execution.callback_id
         )
         try:
             workflow_id = action_workflow_id(execution.endpoint, execution.callback_id)

@@ -2,7 +2,8 @@
 
 `POST /v1/saves` (one save) and `POST /v1/saves/batch` (up to `max_batch`):
 bearer key per client (401), bounded body (413), field-path validation (400,
-nothing written), then one Postgres transaction admitting every save and storing
+nothing written), the client's scope and the records' owners (403, nothing written;
+S-1), then one Postgres transaction admitting every save and storing
 the answer under the client's `Idempotency-Key` — the 200 follows its commit.
 Postgres unavailable or the deadline passed: 503 + Retry-After. Waking the
 workflows comes after the commit, bounded by `wake_timeout_ms`; a wake-up that
@@ -44,7 +45,9 @@ from protocol.save_api import (
     SaveIn,
     SaveResult,
     answer_for,
+    record_owner_problems,
     request_hash,
+    scope_problems,
 )
 from services.logthrottle import ThrottledLog
 from services.save_entry import (
@@ -143,6 +146,7 @@ class SaveApi:
         temporal: TemporalSource,
     ) -> None:
         self._policy = policy
+        self._clients = {c.name: c for c in policy.clients}
         self._keys = [(name, key.get_secret_value().encode()) for name, key in keys.items()]
         self._pool = pool
         self._temporal = temporal
@@ -201,13 +205,22 @@ class SaveApi:
     ) -> tuple[list[SaveIn], BatchOutcome]:
         body = await read_limited_body(request, self._policy.body_limit)
         saves = parse(body, self._policy)
+        prefix = "saves." if route == BATCH_PATH else ""
+        # S-1: a client saves only for its owners (and listed users); one save outside
+        # refuses the whole request, before anything is written (fail closed: a batch
+        # admitted in part would answer for saves the client had no right to make).
+        _refuse(client, scope_problems(self._clients[client], saves, prefix))
         claim = _claim(request, client, request_hash(route, saves))
 
         def render(decisions: list[AdmissionDecision]) -> str:
             return _render(route, _results(saves, decisions))
 
+        def check_owners(owners: Mapping[tuple[str, str], str | None]) -> None:
+            _refuse(client, record_owner_problems(saves, owners, prefix))
+
         requests = [s.to_save_request() for s in saves]
-        return saves, await admit_batch(self._pool(), requests, render, claim)
+        outcome = await admit_batch(self._pool(), requests, render, claim, check_owners)
+        return saves, outcome
 
     async def _respond(self, route: str, saves: list[SaveIn], outcome: BatchOutcome) -> Response:
         if outcome.decisions is None:  # a repeat: the first answer, nothing admitted
@@ -274,6 +287,15 @@ def _claim(request: Request, client: str, digest: str) -> IdempotencyClaim | Non
     if not 1 <= len(key) <= 255 or not key.isascii() or not key.isprintable():
         raise _bad_idempotency_key("1 to 255 printable ASCII characters")
     return IdempotencyClaim(client_id=client, key=key, request_hash=digest)
+
+
+def _refuse(client: str, refusal: ErrorAnswer | None) -> None:
+    """403 with the reason (S-1); logged by client and paths, never the values."""
+    if refusal is None:
+        return
+    paths = ", ".join(problem.path for problem in refusal.fields)
+    log.warning("save API: client %s refused (%s): %s", client, refusal.error, paths)
+    raise _BadRequest(refusal, 403)
 
 
 def _bad_idempotency_key(message: str) -> _BadRequest:

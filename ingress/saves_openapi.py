@@ -40,6 +40,11 @@ def _errors() -> dict[str, Any]:
     described = {
         "400": "invalid input, with field paths; nothing was written",
         "401": "missing or unknown bearer key",
+        "403": (
+            "a save outside the client's owners or users (`forbidden`), or of a record "
+            "held for another owner or none (`record_owner_mismatch`); the whole request "
+            "is refused, with the paths of the saves at fault, and nothing was written"
+        ),
         "413": "body over the configured limit",
         "422": "Idempotency-Key reused with a different request",
         "503": "Postgres unavailable or deadline exceeded; retry after Retry-After",

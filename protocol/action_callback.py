@@ -13,6 +13,12 @@ Rules kept in this module:
 4. An execution is (endpoint, callbackId) everywhere (C-7): the same callback id
    arriving on two endpoints is two executions, two workflows, two completions.
    `action_workflow_id` is the one place the workflow id is made.
+5. Nothing that reaches the workflow from outside chooses where a completion (and its
+   credential) goes (S-2): the worker resolves the target from its own ingress policy
+   by the endpoint the execution row names (`callback_targets`), and the callback id
+   from that row. A target in a workflow's input (runs started before S-2, or by anyone
+   who can start a workflow) is never read; an endpoint the worker's policy gives no
+   target stops the execution with nothing sent.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Final
 from urllib.parse import quote
 
 from protocol.inbound import EventStatus
+from protocol.ingress_policy import IngressPolicy, WorkflowActionEndpoint
 from protocol.messages import Message
 from protocol.states import ProtocolError
 
@@ -118,6 +125,9 @@ class StopReason(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
     CALLBACK_UNAUTHORIZED = "callback_unauthorized"
     CALLBACK_REJECTED = "callback_rejected"
+    # S-2: the worker's ingress policy names no callback target for the execution's
+    # endpoint (not configured there, or the row names an endpoint it does not have).
+    CALLBACK_TARGET_UNKNOWN = "callback_target_unknown"
 
 
 class PhaseBudget(Message):
@@ -157,10 +167,23 @@ class CallbackTarget(Message):
     credential_ref: str | None = None
 
 
+def callback_targets(policy: IngressPolicy) -> dict[str, CallbackTarget]:
+    """Rule 5: each workflow-action endpoint's completion target, by endpoint name, as
+    the worker resolves it from the policy the ingress runs (endpoints with none omitted)."""
+    return {
+        endpoint.name: CallbackTarget(
+            base_url=endpoint.callback_base_url, credential_ref=endpoint.callback_credential_ref
+        )
+        for endpoint in policy.endpoints
+        if isinstance(endpoint, WorkflowActionEndpoint) and endpoint.callback_base_url
+    }
+
+
 class ActionCallbackInput(Message):
     execution_id: str
     callback_id: str
-    target: CallbackTarget
+    # Never read (rule 5): runs started before S-2 carry one, and their histories replay.
+    target: CallbackTarget | None = None
     budgets: CallbackBudgets = CallbackBudgets()
 
 
@@ -169,6 +192,8 @@ class ExecutionView(Message):
     callback_id: str
     phase: ActionPhase
     expires_at: datetime
+    # The endpoint that admitted it: the one key to its completion target (rule 5).
+    endpoint: str | None = None
     event_id: str | None = None
     outcome: CompletionState | None = None
     callback_status: int | None = None
@@ -190,8 +215,8 @@ class ExecutionIdInput(Message):
 
 class DeliverInput(Message):
     execution_id: str
-    callback_id: str
-    target: CallbackTarget
+    callback_id: str  # the delivery uses the stored row's (rule 5)
+    target: CallbackTarget | None = None  # never read (rule 5)
     outcome: CompletionState
 
 

@@ -10,15 +10,27 @@ Rules kept in this module:
 2. The answer for one save is a pure function of the request and its admission
    decision (`answer_for`), so a stored answer replays byte-for-byte in meaning.
 3. Client keys appear here only as the *name* of the environment variable holding them.
+4. A client acts only for the owners (and, where listed, the users) its policy entry
+   names (S-1): `scope_problems` is the one place a save is checked against them, and a
+   request with any save outside is refused whole, before anything is written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Final, Self, assert_never
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from connector_push_client import models as wire
 from connector_push_client.models import (
@@ -41,7 +53,9 @@ from protocol.identity import check_part, link_key, link_workflow_id
 
 __all__ = [
     "BATCH_PATH",
+    "FORBIDDEN",
     "OPENAPI_PATH",
+    "RECORD_OWNER_MISMATCH",
     "SAVE_PATH",
     "BatchAnswer",
     "ErrorAnswer",
@@ -53,7 +67,9 @@ __all__ = [
     "SaveIn",
     "SaveResult",
     "answer_for",
+    "record_owner_problems",
     "request_hash",
+    "scope_problems",
 ]
 
 OPENAPI_PATH: Final = "/openapi.json"
@@ -68,11 +84,33 @@ class _Strict(BaseModel):
 # -- policy (a section of the ingress policy file) ----------------------------------
 
 
+def _scope_part(value: str) -> str:
+    return check_part("scope entry", value)
+
+
+ScopeEntry = Annotated[str, AfterValidator(_scope_part)]
+
+
 class SaveApiClient(_Strict):
-    """One calling CRM: its name (the idempotency scope) and where its bearer key is."""
+    """One calling CRM: its name (the idempotency scope), where its bearer key is, and
+    whom it may save for (S-1)."""
 
     name: Annotated[str, Field(pattern=_NAME_PATTERN)]
     key_env: Annotated[str, Field(pattern=_ENV_PATTERN)]
+    # The connector owner keys it saves for: required, never a wildcard (fail closed; a
+    # policy written before S-1 is refused at start, naming this setting).
+    owners: Annotated[frozenset[ScopeEntry], Field(min_length=1)]
+    # Where the CRM delegates: the only users it may name (a save without `userId` is
+    # then refused too). Unset: any user of its owners.
+    users: Annotated[frozenset[ScopeEntry], Field(min_length=1)] | None = None
+
+    def may_save(self, save: SaveIn) -> str | None:
+        """None when the save is within this client's scope, else what is outside it."""
+        if save.owner_key not in self.owners:
+            return "ownerKey"
+        if self.users is not None and save.user_id not in self.users:
+            return "userId"
+        return None
 
 
 class SaveApiPolicy(_Strict):
@@ -151,6 +189,47 @@ def request_hash(route: str, saves: list[SaveIn]) -> str:
         ensure_ascii=False,
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+FORBIDDEN: Final = "forbidden"
+RECORD_OWNER_MISMATCH: Final = "record_owner_mismatch"
+
+
+def scope_problems(
+    client: SaveApiClient, saves: Sequence[SaveIn], prefix: str
+) -> ErrorAnswer | None:
+    """Rule 4: the 403 for saves outside the client's scope, naming each by its path
+    (`prefix` + index on the batch route), or None when every save is within it."""
+    problems = []
+    for i, save in enumerate(saves):
+        field = client.may_save(save)
+        if field is not None:
+            path = f"{prefix}{i}.{field}" if prefix else field
+            whom = "owner" if field == "ownerKey" else "user"
+            message = f"client {client.name} may not save for this {whom}; nothing was written"
+            problems.append(FieldProblem(path=path, message=message))
+    if not problems:
+        return None
+    return ErrorAnswer(error=FORBIDDEN, fields=tuple(problems))
+
+
+def record_owner_problems(
+    saves: Sequence[SaveIn], owners: Mapping[tuple[str, str], str | None], prefix: str
+) -> ErrorAnswer | None:
+    """The 403 for saves of records held for another owner, or for none (S-1: the store
+    knows each record's owner; a record loaded without one is no client's to save); a
+    record the store does not hold is left to admission, which rejects it."""
+    problems = []
+    for i, save in enumerate(saves):
+        key = (save.source_object, save.record_id)
+        if key in owners and owners[key] != save.owner_key:
+            path = f"{prefix}{i}.recordId" if prefix else "recordId"
+            held = "has no owner" if owners[key] is None else "belongs to another owner"
+            message = f"the record {held}; nothing was written"
+            problems.append(FieldProblem(path=path, message=message))
+    if not problems:
+        return None
+    return ErrorAnswer(error=RECORD_OWNER_MISMATCH, fields=tuple(problems))
 
 
 # -- answers ---------------------------------------------------------------------------

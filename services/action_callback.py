@@ -4,14 +4,18 @@ Every phase starts by reading the execution row and does nothing when its phase 
 already behind it, so a retry, a reset or a second workflow run never repeats an
 accepted enqueue, an observed outcome or a delivered completion. Only the delivery
 phase talks to the remote (its own client, target resolved from configuration, §17
-S-2); its retryable failures raise, its terminal ones are recorded and returned.
+S-2: the worker's ingress policy, by the endpoint the stored row names; the callback
+id and the outcome are the row's too, never the workflow input's); its retryable
+failures raise, its terminal ones are recorded and returned.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from urllib.parse import quote
 
@@ -45,6 +49,8 @@ from protocol.inbound import (
     event_workflow_id,
 )
 
+log = logging.getLogger(__name__)
+
 
 def execution_view(row: Record) -> ExecutionView:
     return ExecutionView(
@@ -52,6 +58,7 @@ def execution_view(row: Record) -> ExecutionView:
         callback_id=row["callback_id"],
         phase=ActionPhase(row["phase"]),
         expires_at=row["expires_at"],
+        endpoint=row["endpoint"],
         event_id=row["event_id"],
         outcome=CompletionState(row["outcome"]) if row["outcome"] else None,
         callback_status=row["callback_status"],
@@ -138,14 +145,29 @@ async def observe(pool: asyncpg.Pool, execution_id: str) -> ExecutionView:
 
 
 async def deliver(
-    pool: asyncpg.Pool, http: httpx.AsyncClient, input: DeliverInput
+    pool: asyncpg.Pool,
+    http: httpx.AsyncClient,
+    input: DeliverInput,
+    targets: Mapping[str, CallbackTarget],
 ) -> ExecutionView:
-    """Phase 3: POST the completion; 2xx/409 done, 401/403/4xx stopped, else raise to retry."""
+    """Phase 3: POST the completion to the target `targets` (the worker's policy) names for
+    the row's endpoint; 2xx/409 done, 401/403/4xx stopped, else raise to retry. An
+    endpoint with no target there stops the execution, nothing sent (S-2)."""
     async with pool.acquire() as conn:
         view = await _load(conn, input.execution_id)
-        if view.phase is not ActionPhase.OBSERVED:
+        if view.phase is not ActionPhase.OBSERVED or view.outcome is None:
             return view
-        response = await _post(http, input.target, input.callback_id, input.outcome)
+        target = targets.get(view.endpoint or "")
+        if target is None:
+            log.warning(
+                "workflow action %s: no callback target for endpoint %r in the worker's "
+                "ingress policy (CONNECTOR_PUSH_INGRESS_CONFIG); stopped, nothing sent",
+                view.execution_id,
+                view.endpoint,
+            )
+            await q.mark_stopped(conn, input.execution_id, StopReason.CALLBACK_TARGET_UNKNOWN)
+            return await _load(conn, input.execution_id)
+        response = await _post(http, target, view.callback_id, view.outcome)
         status = response.status_code if response is not None else None
         await q.record_callback_attempt(conn, input.execution_id, status)
         verdict = callback_verdict(status)

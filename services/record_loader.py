@@ -1,7 +1,8 @@
 """Load local records and read grants from a document (`connector-push records load`).
 
 The document is validated completely before anything is written, and loaded in
-one transaction. Loading is idempotent: records merge their fields (a record
+one transaction. Each record may name its owner (the connector owner key, S-1), or
+take the document's `owner`. Loading is idempotent: records merge their fields (a record
 whose fields already match keeps its version), and each grant entry states the
 *complete* access of one user on one object, replacing what was there.
 """
@@ -38,6 +39,9 @@ class RecordSpec(_Doc):
     id: Id
     fields: dict[str, JsonValue]
     deleted: bool = False
+    # The connector owner key the record belongs to (S-1: a save API client saves only
+    # its owners' records); unset, the document's `owner`, else what the store holds.
+    owner: Id | None = None
 
 
 class GrantSpec(_Doc):
@@ -54,6 +58,8 @@ class GrantSpec(_Doc):
 
 
 class RecordsDocument(_Doc):
+    # The owner of every record that names none (S-1).
+    owner: Id | None = None
     records: tuple[RecordSpec, ...] = ()
     grants: tuple[GrantSpec, ...] = ()
 
@@ -132,7 +138,12 @@ async def load_records(conn: q.Conn, doc: RecordsDocument) -> LoadSummary:
     async with conn.transaction():
         for record in doc.records:
             version = await q.upsert_record(
-                conn, record.object, record.id, record.fields, deleted=record.deleted
+                conn,
+                record.object,
+                record.id,
+                record.fields,
+                deleted=record.deleted,
+                owner_key=record.owner or doc.owner,
             )
             written += version is not None
         for grant in doc.grants:

@@ -62,6 +62,13 @@ class RecordStore(Protocol):
         """True when the record is present and not deleted."""
         ...
 
+    async def read_owners(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], str | None]:
+        """The connector owner key of each `(source_object, record_id)` the store holds
+        (S-1); None for a record it holds without one; absent records omitted."""
+        ...
+
 
 PoolOrConnection: TypeAlias = "asyncpg.Pool[asyncpg.Record] | q.Conn"
 
@@ -125,6 +132,12 @@ class PostgresRecordStore:
     async def exists(self, source_object: str, record_id: str) -> bool:
         async with self._conn() as conn:
             return await q.record_exists(conn, source_object, record_id)
+
+    async def read_owners(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], str | None]:
+        async with self._conn() as conn:
+            return await q.select_owners(conn, keys)
 
 
 def _facts(row: q.PermissionRow) -> PermissionFacts:

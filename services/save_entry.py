@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -39,6 +39,7 @@ from services.admission import admit_all_locked, admit_save, key_or_rejection
 from services.admission_facts import SaveToAdmit
 from services.logthrottle import ThrottledLog
 from services.rate_limit import queued_patch_budget, reservation_budget
+from services.record_store import PostgresRecordStore
 from services.wake import wake_link
 
 log = logging.getLogger(__name__)
@@ -193,14 +194,22 @@ class _LostKeyRace(Exception):
     """A concurrent request with the same key committed first: roll back, then replay."""
 
 
+# Given the owner key the store holds for each saved record (absent: not held), raises
+# to refuse the whole request before anything is written (S-1).
+OwnerCheck = Callable[[Mapping[tuple[str, str], str | None]], None]
+
+
 async def admit_batch(
     pool: asyncpg.Pool,
     saves: Sequence[SaveRequest],
     render: Callable[[list[AdmissionDecision]], str],
     idempotency: q.IdempotencyClaim | None = None,
+    check_owners: OwnerCheck | None = None,
 ) -> BatchOutcome:
     """Admit every save and store the rendered answer under the client's idempotency key,
     all in one transaction (API-1): a repeat returns the first answer, admitting nothing.
+    `check_owners` (the save API, S-1) sees the records' owners first, in the same
+    transaction, and may raise to refuse the request with nothing written.
 
     Raises `IdempotencyConflict` when the key was used for a different request.
     """
@@ -208,6 +217,9 @@ async def admit_batch(
         try:
             # NF-5: a hung Postgres never holds the answer past the caller's deadline.
             async with bounded_transaction(pool) as conn:
+                if check_owners is not None:
+                    keys = sorted({(s.source_object, s.source_record_id) for s in saves})
+                    check_owners(await PostgresRecordStore(conn).read_owners(keys))
                 return await _admit_or_replay(conn, saves, render, idempotency)
         except _LostKeyRace:
             continue

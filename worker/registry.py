@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -15,6 +15,7 @@ from activities.link_ops import LinkOpsActivities
 from activities.rate_limit import RateLimitActivities
 from activities.relay import RelayActivities
 from activities.retention import RetentionActivities
+from protocol.action_callback import CallbackTarget
 from services.dispatch_hooks import DispatchHooks
 from workflows.action_callback import ActionCallbackWorkflow
 from workflows.inbound import InboundEventWorkflow
@@ -35,13 +36,17 @@ def workflow_classes() -> Sequence[type]:
 
 
 def activity_callables(
-    pool: asyncpg.Pool, http: httpx.AsyncClient, hooks: DispatchHooks | None = None
+    pool: asyncpg.Pool,
+    http: httpx.AsyncClient,
+    hooks: DispatchHooks | None = None,
+    callback_targets: Mapping[str, CallbackTarget] | None = None,
 ) -> Sequence[Callable[..., Any]]:
-    """Activity methods bound to the shared pool and HTTP client."""
+    """Activity methods bound to the shared pool and HTTP client; `callback_targets`: the
+    workflow-action completion targets of the ingress policy, by endpoint (S-2)."""
     link = LinkActivities(pool, http, hooks)
     ops = LinkOpsActivities(pool, http, hooks)
     inbound = InboundActivities(pool)
-    action = ActionCallbackActivities(pool, http)
+    action = ActionCallbackActivities(pool, http, callback_targets)
     relay = RelayActivities(pool)
     budgets = RateLimitActivities(pool)
     retention = RetentionActivities(pool)

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 import asyncpg
@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from protocol.action_callback import CallbackTarget
 from protocol.timeouts import REMOTE_HTTP_TIMEOUT, WORKER_GRACEFUL_SHUTDOWN
 from services.dispatch_hooks import DispatchHooks
 from services.rate_limit import current_budget_rates, ensure_fairness_limit
@@ -107,8 +108,11 @@ def build_worker(
     graceful_shutdown: timedelta = WORKER_GRACEFUL_SHUTDOWN,
     max_cached_workflows: int = MAX_CACHED_WORKFLOWS,
     sandboxed: bool = True,
+    callback_targets: Mapping[str, CallbackTarget] | None = None,
 ) -> Worker:
     """The worker; `graceful_shutdown` is shortened only by tests that simulate a crash.
+    `callback_targets`: where workflow-action completions go, by endpoint (S-2; from the
+    ingress policy, `load_callback_targets`); none given, no completion is sent.
 
     `sandboxed=False` exists to measure what the sandbox costs (`make bench ONLY=SANDBOX`);
     the product's worker always runs its workflows sandboxed (see PASSTHROUGH_MODULES)."""
@@ -117,7 +121,7 @@ def build_worker(
         _operator_facing(client),
         task_queue=task_queue,
         workflows=list(workflows if workflows is not None else registry.workflow_classes()),
-        activities=list(registry.activity_callables(pool, http, hooks)),
+        activities=list(registry.activity_callables(pool, http, hooks, callback_targets)),
         workflow_runner=workflow_runner(sandboxed, restrictions),
         graceful_shutdown_timeout=graceful_shutdown,
         max_concurrent_activities=200,

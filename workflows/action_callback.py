@@ -13,6 +13,9 @@ Theory of operation:
 3. A (re)started run reloads the row and resumes at its phase: no phase is
    repeated once persisted. A refused callback (401/403/4xx) is terminal and
    raises `NeedsOperator`.
+4. The input carries ids only that the worker acts on (S-2): the execution id,
+   checked against its row by every phase. Where the completion goes is the
+   worker's own configuration, never the input's `target` (kept for old runs).
 """
 
 from __future__ import annotations
@@ -50,7 +53,12 @@ LOCAL_RETRY = RetryPolicy(
     non_retryable_error_types=sorted(INBOUND_NON_RETRYABLE),
 )
 NEEDS_OPERATOR_REASONS = frozenset(
-    {StopReason.CALLBACK_UNAUTHORIZED, StopReason.CALLBACK_REJECTED, StopReason.BUDGET_EXHAUSTED}
+    {
+        StopReason.CALLBACK_UNAUTHORIZED,
+        StopReason.CALLBACK_REJECTED,
+        StopReason.BUDGET_EXHAUSTED,
+        StopReason.CALLBACK_TARGET_UNKNOWN,
+    }
 )
 
 P = TypeVar("P", bound=Message)

@@ -136,7 +136,9 @@ class LinkWorkflow(LinkOperatorUpdates):
 
     @workflow.signal
     def remote_deleted(self, evidence: RemoteEvidence) -> None:
-        """The remote reports the linked object deleted (ING-6): suspend, never re-create."""
+        """The remote reports the linked object deleted (ING-6): suspend, never re-create.
+        Only an event id is taken from the signal: the activity suspends only for a
+        deletion event Postgres holds for this link's object (S-2)."""
         self._evidence.append(evidence)
 
     @workflow.query

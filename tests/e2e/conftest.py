@@ -22,6 +22,7 @@ import yaml
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from protocol.action_callback import CallbackTarget
 from protocol.admission import AdmissionDecision, SaveRequest
 from protocol.identity import link_key
 from sandbox.client import SandboxClient
@@ -88,6 +89,9 @@ class Stack:
     task_queue: str
     sandbox: SandboxClient
     touched: set[str] = field(default_factory=set)
+    # The worker's workflow-action completion targets by endpoint (S-2), as its ingress
+    # policy would give them; the worker reads this very dict, so a test may add one.
+    callback_targets: dict[str, CallbackTarget] = field(default_factory=dict)
 
     async def push(
         self,
@@ -151,17 +155,34 @@ def hooks() -> DispatchHooks:
 
 
 @pytest.fixture
+def callback_targets() -> dict[str, CallbackTarget]:
+    """Where the stack's worker sends workflow-action completions (S-2): none here; the
+    ingress tests give their policy's."""
+    return {}
+
+
+@pytest.fixture
 async def stack(
     demo_db: asyncpg.Pool,
     temporal_client: Client,
     task_queue: str,
     sandbox: SandboxClient,
     hooks: DispatchHooks,
+    callback_targets: dict[str, CallbackTarget],
 ) -> AsyncIterator[Stack]:
     async with remote_http_client() as http:
-        worker = build_worker(temporal_client, demo_db, http, task_queue, hooks=hooks)
+        worker = build_worker(
+            temporal_client,
+            demo_db,
+            http,
+            task_queue,
+            hooks=hooks,
+            callback_targets=callback_targets,
+        )
         async with worker:
-            stack = Stack(demo_db, temporal_client, task_queue, sandbox)
+            stack = Stack(
+                demo_db, temporal_client, task_queue, sandbox, callback_targets=callback_targets
+            )
             try:
                 yield stack
             finally:

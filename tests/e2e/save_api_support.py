@@ -25,8 +25,8 @@ def save_api_config(**save_api: Any) -> IngressConfig:
     """The ingress tests' policy plus a `save_api` section (same file, same server)."""
     section = {
         "clients": [
-            {"name": "crm", "key_env": "TEST_SAVE_KEY_CRM"},
-            {"name": "other", "key_env": "TEST_SAVE_KEY_OTHER"},
+            {"name": "crm", "key_env": "TEST_SAVE_KEY_CRM", "owners": [OWNER]},
+            {"name": "other", "key_env": "TEST_SAVE_KEY_OTHER", "owners": [OWNER]},
         ],
         "max_batch": 5,
         "body_limit": 8192,

@@ -44,7 +44,8 @@ async def test_g2_concurrent_saves_through_the_api_create_one_contact_per_record
             for i in ids
         ]
         grants = [{"user": "alice", "object": "Contact", "records": "*", "fields": CONTACT_FIELDS}]
-        await load_records(conn, parse_records_document({"records": records, "grants": grants}))
+        document = {"owner": OWNER, "records": records, "grants": grants}
+        await load_records(conn, parse_records_document(document))
     first = {"actionSlot": "push-contact", "destinationSlot": "remote-contacts"}
     second = {"actionSlot": "push-contact-2", "destinationSlot": "remote-contacts-2"}
     async with save_server(db_dsn, temporal=(stack.client, stack.task_queue)) as live:

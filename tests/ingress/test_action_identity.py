@@ -20,7 +20,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from ingress.dispatch import callback_target
 from ingress.relay import Relay
 from protocol.action_callback import (
     ACTION_CALLBACK_WORKFLOW,
@@ -29,8 +28,8 @@ from protocol.action_callback import (
     CallbackBudgets,
     PhaseBudget,
     action_workflow_id,
+    callback_targets,
 )
-from protocol.ingress_policy import WorkflowActionEndpoint
 from protocol.states import ProtocolError
 from sandbox.client import SandboxClient
 from sandbox.config import SandboxConfig
@@ -114,6 +113,8 @@ async def test_i41_c7_the_same_callback_id_on_two_endpoints_is_two_completed_exe
     target. With one workflow id per callbackId the second was acknowledged and never
     completed."""
     document = two_action_endpoints(remote.url, other_remote.url)
+    # The worker reads the policy the ingress serves (S-2): both endpoints' targets.
+    stack.callback_targets.update(callback_targets(config_from(document).policy))
     temporal = (stack.client, stack.task_queue)
     callback_id = new_callback_id()
     async with live_server(config_from(document), db_dsn, temporal=temporal, relay=False) as live:
@@ -224,9 +225,6 @@ async def test_i24_a_failing_callback_target_holds_up_no_other_phase_or_budget(
             lambda found: found[ENDPOINT]["phase"] == "delivered",
             timeout_s=60,
         )
-        endpoint = live.ingress.config.endpoint(ENDPOINT)
-        assert isinstance(endpoint, WorkflowActionEndpoint)
-        target = callback_target(endpoint)
     [still_failing] = (await rows(stack.pool, a)).values()
     assert still_failing["phase"] == "observed"  # A keeps retrying its completion
 
@@ -251,7 +249,6 @@ async def test_i24_a_failing_callback_target_holds_up_no_other_phase_or_budget(
             ActionCallbackInput(
                 execution_id=row["execution_id"],
                 callback_id=callback_id,
-                target=target,
                 budgets=budgets,
             ),
             id=action_workflow_id(ENDPOINT, callback_id),

@@ -23,7 +23,6 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from db import inbound_queries as q
 from db.ingress_queries import mark_events_started
-from ingress.dispatch import callback_target
 from protocol.action_callback import (
     ACTION_CALLBACK_WORKFLOW,
     ActionCallbackInput,
@@ -32,7 +31,6 @@ from protocol.action_callback import (
     completion_for,
 )
 from protocol.inbound import INBOUND_EVENT_WORKFLOW, InboundEventInput, event_workflow_id
-from protocol.ingress_policy import WorkflowActionEndpoint
 from protocol.states import EventStatus
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import Stack, contact_key
@@ -121,14 +119,8 @@ async def q_event(stack: Stack, event_id: str) -> asyncpg.Record:
 
 async def _restart(live: Live, stack: Stack, row: asyncpg.Record) -> tuple[Any, list[str]]:
     """A fresh run for the execution; its result and the activities its history ran."""
-    endpoint = next(
-        e for e in live.ingress.config.policy.endpoints if isinstance(e, WorkflowActionEndpoint)
-    )
-    arg = ActionCallbackInput(
-        execution_id=str(row["execution_id"]),
-        callback_id=row["callback_id"],
-        target=callback_target(endpoint),
-    )
+    # Ids only (S-2): the worker resolves the completion target from its own policy.
+    arg = ActionCallbackInput(execution_id=str(row["execution_id"]), callback_id=row["callback_id"])
     handle = await stack.client.start_workflow(
         ACTION_CALLBACK_WORKFLOW,
         arg,

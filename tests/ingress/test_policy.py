@@ -84,7 +84,7 @@ def test_ing3_a_secret_that_is_not_utf8_refuses_to_start(tmp_path: Path) -> None
     UTF-8 bytes: a value that has none is refused at start, naming the variable and not
     the value, instead of serving and answering every request 500."""
     path = tmp_path / "policy.yaml"
-    save_api = {"clients": [{"name": "crm", "key_env": "TEST_SAVE_KEY"}]}
+    save_api = {"clients": [{"name": "crm", "key_env": "TEST_SAVE_KEY", "owners": ["o"]}]}
     path.write_text(yaml.safe_dump(policy_document(save_api=save_api)))
     for variable in ("TEST_WEBHOOK_SECRET", "TEST_SAVE_KEY"):
         environ = {**ENVIRON, "TEST_SAVE_KEY": "save-key", variable: os.fsdecode(NOT_UTF8)}
@@ -169,7 +169,7 @@ def _policy_with_pasted_secrets(tmp_path: Path) -> tuple[Path, Path]:
     webhook, dropping = document["endpoints"][0], document["endpoints"][1]
     webhook["signature"] = {**webhook["signature"], "secret_env": PASTED[0]}
     dropping["signature"] = {**dropping["signature"], "secret": PASTED[1]}
-    document["save_api"] = {"clients": [{"name": "crm", "key_env": PASTED[2]}]}
+    document["save_api"] = {"clients": [{"name": "crm", "key_env": PASTED[2], "owners": ["o"]}]}
     invalid = tmp_path / "invalid.yaml"
     invalid.write_text(yaml.safe_dump(document))
     unreadable = tmp_path / "unreadable.yaml"

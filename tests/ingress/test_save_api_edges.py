@@ -24,8 +24,13 @@ from tests.ingress.support import ENVIRON, policy_document
 SHARED_KEY = "shared0save0key0value"
 TWO_CLIENTS = {
     "clients": [
-        {"name": "crm", "key_env": "TEST_SAVE_KEY_CRM"},
-        {"name": "billing", "key_env": "TEST_SAVE_KEY_BILLING"},
+        {"name": "crm", "key_env": "TEST_SAVE_KEY_CRM", "owners": ["demo-owner"]},
+        {
+            "name": "billing",
+            "key_env": "TEST_SAVE_KEY_BILLING",
+            "owners": ["billing-b", "billing-a"],
+            "users": ["carol"],
+        },
     ],
     "max_batch": 7,
     "body_limit": 4096,
@@ -43,8 +48,8 @@ def _policy_file(tmp_path: Path, save_api: dict[str, object]) -> Path:
 def test_two_clients_reading_one_key_variable_are_refused_naming_both() -> None:
     section = {
         "clients": [
-            {"name": "crm", "key_env": "TEST_SAVE_KEY"},
-            {"name": "billing", "key_env": "TEST_SAVE_KEY"},
+            {"name": "crm", "key_env": "TEST_SAVE_KEY", "owners": ["o"]},
+            {"name": "billing", "key_env": "TEST_SAVE_KEY", "owners": ["o"]},
         ]
     }
     with pytest.raises(ConfigError, match="save_api clients crm and billing read one key_env"):
@@ -121,8 +126,20 @@ def test_readback_shows_the_save_api_clients_and_limits_never_a_key(tmp_path: Pa
     assert CRM_KEY not in as_json.output
     assert json.loads(as_json.output)["save_api"] == {
         "clients": [
-            {"name": "crm", "key_env": "TEST_SAVE_KEY_CRM", "key_present": True},
-            {"name": "billing", "key_env": "TEST_SAVE_KEY_BILLING", "key_present": False},
+            {
+                "name": "crm",
+                "key_env": "TEST_SAVE_KEY_CRM",
+                "key_present": True,
+                "owners": ["demo-owner"],
+                "users": None,
+            },
+            {
+                "name": "billing",
+                "key_env": "TEST_SAVE_KEY_BILLING",
+                "key_present": False,
+                "owners": ["billing-a", "billing-b"],
+                "users": ["carol"],
+            },
         ],
         "max_batch": 7,
         "body_limit": 4096,
@@ -140,6 +157,9 @@ def test_readback_shows_the_save_api_clients_and_limits_never_a_key(tmp_path: Pa
     ), human.output
     assert "- client crm key_env=TEST_SAVE_KEY_CRM key_present=True" in flat
     assert "- client billing key_env=TEST_SAVE_KEY_BILLING key_present=False" in flat
+    # S-1: whom each client may save for
+    assert "saves for owners: demo-owner; users: any user" in flat
+    assert "saves for owners: billing-a, billing-b; users: carol" in flat
     without = _policy_file(tmp_path, TWO_CLIENTS)
     without.write_text(yaml.safe_dump(policy_document()))
     bare = runner.invoke(app, ["ingress", "readback", "--config", str(without), "--json"], env=env)

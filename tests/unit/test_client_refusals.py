@@ -113,7 +113,10 @@ def test_a_batch_holds_one_to_the_most_any_servers_policy_allows() -> None:
     with pytest.raises(ValidationError):
         server.SaveApiPolicy.model_validate({"clients": [], "max_batch": MAX_BATCH + 1})
     policy = server.SaveApiPolicy.model_validate(
-        {"clients": [{"name": "crm", "key_env": "CRM_KEY"}], "max_batch": MAX_BATCH}
+        {
+            "clients": [{"name": "crm", "key_env": "CRM_KEY", "owners": ["o"]}],
+            "max_batch": MAX_BATCH,
+        }
     )
     with pytest.raises(_BadRequest):
         parse_batch(json.dumps({"saves": saves}).encode(), policy)
