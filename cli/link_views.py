@@ -68,6 +68,7 @@ async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dic
     from db import remote_deletions as deletions_q
     from protocol.park import park_reason, remedy_for
     from services.daily_quota import link_waiting_until
+    from services.landing import with_landing
     from services.rows import view_of
 
     link = await kq.link_row(conn, key)
@@ -78,12 +79,20 @@ async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dic
         attempt["send_journal"] = [t for t in journal if t["attempt_ordinal"] == ordinal]
     link_data = dict(link) if link is not None else None
     findings = json.loads(link_data.pop("drift_findings") or "[]") if link_data else []
-    link_view = view_of(key, await links_q.view_rows(conn, key))
+    link_view = await with_landing(conn, view_of(key, await links_q.view_rows(conn, key)))
     reason = park_reason(link_view)
+    remedy = (
+        remedy_for(reason, link_view.suspend_reason, link_view.attempt_landing) if reason else None
+    )
     return {
         "link_key": key,
         "park_reason": reason.value if reason else None,
-        "remedy": remedy_for(reason, link_view.suspend_reason).what if reason else None,
+        "remedy": remedy.what.replace("KEY", key) if remedy else None,
+        # G-6: the evidence that decides between the remedy's actions, and those actions.
+        "remedy_evidence": remedy.evidence.replace("KEY", key) if remedy else None,
+        "remedy_actions": [a.value for a in remedy.actions] if remedy else [],
+        # G-6: what the parked ambiguous attempt's send journal proves (`protocol.landing`).
+        "attempt_landing": link_view.attempt_landing,
         # Issue 33 item 3: not parked; the run resumes by itself at the quota's reset.
         "waiting_for_daily_quota_until": await link_waiting_until(conn, key, datetime.now(UTC)),
         "link": link_data,
@@ -110,10 +119,15 @@ def _has_rows(view: dict[str, Any]) -> bool:
 def _print_show(view: dict[str, Any]) -> None:
     key = view["link_key"]
     console.print(f"[bold]{escape(key)}[/]", highlight=False)
+    if view["attempt_landing"] == "proved_not_landed":
+        from protocol.landing import PROOF
+
+        console.print(f"[bold]no try landed:[/] {escape(PROOF)} (evidence kept below)")
     if view["park_reason"]:
         console.print(
             f"[bold red]needs operator: {view['park_reason']}[/] {escape(view['remedy'])}"
         )
+        console.print(f"[bold]evidence that decides it:[/] {escape(view['remedy_evidence'])}")
     if view["waiting_for_daily_quota_until"]:
         from protocol.daily_quota import waiting_detail
 

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from protocol.landing import Landing
 from protocol.rate_limit import RemoteBudgetResult
 from protocol.states import AttemptStatus, LinkStatus, PatchStatus
 
@@ -100,6 +101,9 @@ class LinkView(Message):
     # JRN-1: tries of the newest attempt / newest PATCH that may have reached the remote.
     attempt_tries_may_have_landed: int = 0
     patch_tries_may_have_landed: int = 0
+    # G-6: what the send journal of a parked ambiguous attempt proves (`protocol.landing`);
+    # None: not judged (any other state, or a view from before G-6: fail closed).
+    attempt_landing: Landing | None = None
     # Set by the workflow's `state` query once the run has read Postgres.
     loaded: bool = False
     # Issue 33 item 3: the link's budget has spent its daily quota (or the remote refused

@@ -59,7 +59,9 @@ _IN_FLIGHT = "wait: the attempt is in flight (`links show KEY`)"
 _WHAT_WORKS: dict[str, dict[str | None, str]] = {
     "attempt": {
         AttemptStatus.AMBIGUOUS_REMOTE_EFFECT: (
-            "find the object at the remote and run `reconcile KEY --remote-id …`"
+            "find the object at the remote and run `reconcile KEY --remote-id …`; if"
+            " `links show KEY` says the send journal proves no try landed there is none to"
+            " find, and the migration policy (retire, or a declared rebind) is the way forward"
         ),
         AttemptStatus.TERMINAL_FAILED: "run `supersede KEY` to reserve a new attempt",
         AttemptStatus.PENDING: (

@@ -1,7 +1,8 @@
 """The LinkWorkflow's current details (Temporal UI "Current Details", markdown).
 
-They say, for the link's current state, why it waits for a person, what to do,
-and which update to send with the JSON to paste (SPEC OPS-1, WF-3). Pure: the
+They say, for the link's current state, why it waits for a person, what to do, the
+evidence that decides it, and which update to send with the JSON to paste (SPEC OPS-1,
+WF-3, G-6); a parked create whose journal proves no try landed says so. Pure: the
 workflow calls it after every publish; `set_current_details` is not a command,
 so the text may change without a `workflow.patched`.
 """
@@ -11,9 +12,10 @@ from __future__ import annotations
 import json
 
 from protocol.daily_quota import waiting_detail
+from protocol.landing import PROOF
 from protocol.messages import LinkView
 from protocol.operator import OperatorAction
-from protocol.park import ParkReason, remedy_for, update_template
+from protocol.park import ParkReason, proves_no_landing, remedy_for, update_template
 
 UI_PATH = "More Actions → Send an Update → pick `{name}` → paste the JSON in Data → Submit"
 
@@ -36,7 +38,12 @@ def _state_lines(view: LinkView) -> list[str]:
     if view.quota_wait_until is not None:
         lines.append(f"**{waiting_detail(view.quota_wait_until)}** (not parked: resumes by itself)")
     landed = view.attempt_tries_may_have_landed + view.patch_tries_may_have_landed
-    if landed:
+    if proves_no_landing(view.attempt_landing):
+        lines.append(
+            f"**no try landed**: {PROOF} (evidence kept: `connector-push links show"
+            f" {view.link_key}`)"
+        )
+    elif landed:
         lines.append(
             f"**tries that may have landed** create {view.attempt_tries_may_have_landed},"
             f" PATCH {view.patch_tries_may_have_landed}"
@@ -46,15 +53,14 @@ def _state_lines(view: LinkView) -> list[str]:
 
 
 def _remedy_lines(view: LinkView, reason: ParkReason) -> list[str]:
-    remedy = remedy_for(reason, view.suspend_reason)
+    remedy = remedy_for(reason, view.suspend_reason, view.attempt_landing)
     why = view.suspend_reason or view.last_error
     lines = [
         f"**needs operator: `{reason}`**" + (f" ({why})" if why else ""),
-        f"**what to do**: {remedy.what}",
+        f"**what to do**: {remedy.what.replace('KEY', view.link_key)}",
+        f"**evidence that decides it**: {remedy.evidence.replace('KEY', view.link_key)}",
     ]
-    for action in (remedy.update, *remedy.alternatives):
-        if action is not None:
-            lines.append(_update_lines(action))
+    lines += [_update_lines(action) for action in remedy.actions]
     return lines
 
 
