@@ -4,12 +4,16 @@ and HTTP client, its failures raised as the `ApplicationError` types the workflo
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
+
 import asyncpg
 import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from protocol.messages import DispatchInput, MirrorInput, StepResult
+from protocol.timeouts import activity_time_left
 from services.create.apply import write_mirror
 from services.create.dispatch import dispatch_create
 from services.dispatch_hooks import DispatchHooks
@@ -19,9 +23,20 @@ from services.pacing import PaceSlot
 
 
 def link_step(pool: asyncpg.Pool, http: httpx.AsyncClient, hooks: DispatchHooks) -> LinkStep:
-    """The running activity as a step: its type names its spans, its heartbeat is Temporal's."""
-    name = activity.info().activity_type if activity.in_activity() else "transaction"
-    return LinkStep(pool, http, hooks, name, activity.heartbeat)
+    """The running activity as a step: its type names its spans, its heartbeat is Temporal's,
+    its requests end before its start-to-close does (G-7)."""
+    if not activity.in_activity():
+        return LinkStep(pool, http, hooks, "transaction", activity.heartbeat)
+    info = activity.info()
+    return LinkStep(pool, http, hooks, info.activity_type, activity.heartbeat, _deadline(info))
+
+
+def _deadline(info: activity.Info) -> float | None:
+    """When this try's start-to-close ends, on the event loop's clock."""
+    if info.start_to_close_timeout is None:
+        return None
+    left = activity_time_left(info.start_to_close_timeout, info.started_time, datetime.now(UTC))
+    return asyncio.get_running_loop().time() + left
 
 
 def pace_slot() -> PaceSlot:

@@ -40,13 +40,16 @@ def _no_heartbeat() -> None:
 @dataclass(frozen=True)
 class LinkStep:
     """One step of a link's workflow: the worker's pool and HTTP client, the test seams,
-    the step's name (its Postgres spans carry it, NF-1) and its heartbeat."""
+    the step's name (its Postgres spans carry it, NF-1), its heartbeat, and when its
+    activity's start-to-close ends (`loop.time()`; None outside an activity): each request
+    passes it to `services.remote.send` as its deadline (G-7)."""
 
     pool: asyncpg.Pool
     http: httpx.AsyncClient
     hooks: DispatchHooks = field(default_factory=DispatchHooks)
     name: str = "transaction"
     heartbeat: Callable[[], None] = _no_heartbeat
+    deadline: float | None = None
 
     @asynccontextmanager
     async def tx(self, key: str) -> AsyncIterator[Conn]:
