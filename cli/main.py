@@ -82,6 +82,7 @@ COMMAND_MODULES: Final = {
     "backfill_cmd": ("backfill",),
     "audit_cmd": ("audit",),
     "prune_cmd": ("prune",),
+    "forget_cmd": ("forget",),
     "status_cmd": ("status",),
 }
 _MODULE_OF: Final = {name: module for module, names in COMMAND_MODULES.items() for name in names}

@@ -25,6 +25,7 @@ _KINDS = (
     ("patches", "PATCH rows beyond each link's newest N (succeeded, failed, superseded)"),
     ("patch_journal", "send-journal rows of those PATCHes"),
     ("action_executions", "workflow action executions (delivered, stopped)"),
+    ("save_answers", "stored save API answers (idempotency records)"),
 )
 
 

@@ -6,7 +6,8 @@ The queries select only rows the guards allow, so a prune skips protected rows i
 of failing on them; the guards refuse anything else whatever a query asks (G-3:
 migration 0170 for attempts, unsettled PATCHes and their journal rows; 0041 for the
 inbox). Order matters only for foreign keys: executions, then receipts, then events;
-PATCH journal rows go with their PATCH (ON DELETE CASCADE).
+PATCH journal rows go with their PATCH (ON DELETE CASCADE). Stored save answers (S-7)
+are idempotency records, not evidence: any older than the cut-off goes.
 """
 
 from __future__ import annotations
@@ -64,6 +65,19 @@ WITH doomed AS (
 SELECT count(*) FROM gone
 """
 
+DELETE_SAVE_ANSWERS: Final = """
+WITH doomed AS (
+    SELECT client_id, idempotency_key FROM save_api_request
+    WHERE created_at < $1
+    ORDER BY created_at LIMIT $2
+), gone AS (
+    DELETE FROM save_api_request
+    WHERE (client_id, idempotency_key) IN (SELECT client_id, idempotency_key FROM doomed)
+    RETURNING 1
+)
+SELECT count(*) FROM gone
+"""
+
 # Finished = `$4`, the settled statuses: any other PATCH stays (Postgres would refuse it).
 # The newest `$3` PATCHes of each link stay whatever their age, and a PATCH another row
 # names as `superseded_by` waits until that older row is gone.
@@ -100,6 +114,10 @@ async def delete_ingress_receipts(conn: Conn, before: datetime, limit: int) -> i
 
 async def delete_events(conn: Conn, before: datetime, limit: int) -> int:
     return int(await conn.fetchval(DELETE_EVENTS, before, limit))
+
+
+async def delete_save_answers(conn: Conn, before: datetime, limit: int) -> int:
+    return int(await conn.fetchval(DELETE_SAVE_ANSWERS, before, limit))
 
 
 async def delete_patches(conn: Conn, before: datetime, limit: int, keep: int) -> tuple[int, int]:

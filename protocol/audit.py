@@ -27,6 +27,7 @@ class AuditCommand(StrEnum):
     REVALIDATE_OWNER = "revalidate-owner"  # C-4: an owner's install-change suspensions lifted
     REVALIDATE_CREATE_PATH = "revalidate-create-path"  # C-8: a changed createPath validated
     PRUNE = "prune"  # G-8: retention (OPS-3), by the CLI or the worker's schedule
+    FORGET = "forget"  # S-7: a record's values erased
 
 
 # protocol/operator.py OperatorAction value -> the command an operator typed.
@@ -52,6 +53,11 @@ class AuditEntry(BaseModel):
     state_before: JsonValue = None
     state_after: JsonValue = None
     outcome: str
+    # S-5, beside the declared `operator`: what the acting process knows. `host` is its
+    # host name (the database layer fills it when left out); `temporal_identity` is the
+    # client identity the Temporal server recorded for the update that carried the action.
+    host: str | None = None
+    temporal_identity: str | None = None
 
 
 class AuditRecord(AuditEntry):
@@ -59,3 +65,8 @@ class AuditRecord(AuditEntry):
 
     audit_id: int
     recorded_at: datetime
+    # S-5: what Postgres knew of the writer (filled by the database, never by the caller;
+    # null on entries older than migration 0225).
+    db_role: str | None = None
+    db_session_user: str | None = None
+    db_client_addr: str | None = None

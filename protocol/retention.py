@@ -66,6 +66,9 @@ class PruneCounts(BaseModel):
     patches: int = 0
     patch_journal: int = 0
     action_executions: int = 0
+    # S-7: stored save answers (idempotency records) past the same age; a repeat of
+    # such an Idempotency-Key is admitted afresh.
+    save_answers: int = 0
 
 
 class PruneReport(BaseModel):

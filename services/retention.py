@@ -1,4 +1,5 @@
-"""Retention (SPEC OPS-3): delete finished rows older than a cut-off, in batches.
+"""Retention (SPEC OPS-3, S-7): delete finished rows older than a cut-off, in batches,
+and stored save answers of the same age.
 
 Never links, attempts, a PATCH that is not settled (`ambiguous_remote_effect`
 included), the journal of such a PATCH or of an unfinished attempt, revalidation
@@ -25,12 +26,14 @@ async def _batch(conn: Conn, before: datetime, request: PruneInput) -> PruneCoun
     receipts = await q.delete_ingress_receipts(conn, before, size)
     events = await q.delete_events(conn, before, size)
     patches, journal = await q.delete_patches(conn, before, size, request.keep_patches_per_link)
+    save_answers = await q.delete_save_answers(conn, before, size)
     return PruneCounts(
         ingress_receipts=receipts,
         events=events,
         patches=patches,
         patch_journal=journal,
         action_executions=executions,
+        save_answers=save_answers,
     )
 
 

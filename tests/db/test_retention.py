@@ -162,6 +162,7 @@ EXPECTED = {
     "patches": 3,
     "patch_journal": 1,
     "action_executions": 1,
+    "save_answers": 0,  # S-7: tests/db/test_retention_save_answers.py
 }
 
 
