@@ -24,6 +24,7 @@ from protocol.messages import LinkView, StepKind, StepResult
 from services import daily_quota
 from services.daily_quota import QuotaWait
 from services.dispatch_hooks import DispatchHooks
+from services.landing import with_landing
 from services.rows import view_of
 
 # Writes a try's checkpoint and journal row under its claim; None: another claim owns it.
@@ -92,8 +93,9 @@ class StepRetry(Exception):
 
 
 async def view(conn: Conn, key: str) -> LinkView:
-    """The link's durable view, as the workflow publishes it."""
-    return view_of(key, await q.view_rows(conn, key))
+    """The link's durable view, as the workflow publishes it (with a parked ambiguous
+    attempt's journal verdict, G-6)."""
+    return await with_landing(conn, view_of(key, await q.view_rows(conn, key)))
 
 
 async def settled(conn: Conn, key: str) -> StepResult:
