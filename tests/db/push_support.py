@@ -20,5 +20,7 @@ async def load_bulk_contacts(conn: Conn, n: int, prefix: str = "cb") -> list[str
         for r in ids
     ]
     grants = [{"user": "alice", "object": "Contact", "records": "*", "fields": CONTACT_FIELDS}]
-    await load_records(conn, parse_records_document({"records": records, "grants": grants}))
+    # The demo pack's owner: the save API saves a record only for its owner (S-1).
+    document = {"owner": "demo-owner", "records": records, "grants": grants}
+    await load_records(conn, parse_records_document(document))
     return ids
