@@ -96,7 +96,7 @@ BY_REMOTE_ID: Final = _FOUND.format(
 PARKED: Final = _FOUND.format(
     keys=_keys(
         (LINK, "status = 'suspended_drift'"),
-        ("connector_patch_dispatch", "status = 'ambiguous_remote_effect'"),
+        ("connector_patch_dispatch", "status IN ('ambiguous_remote_effect', 'failed')"),
         (ATTEMPT, "status IN ('ambiguous_remote_effect', 'terminal_failed')"),
     )
 )
@@ -112,5 +112,5 @@ async def links_by_remote_id(conn: Conn, remote_id: str, after: str, limit: int)
 
 async def parked_candidates(conn: Conn, after: str, limit: int) -> list[Row]:
     """Keys that may need an operator (a parked attempt, a suspended link, a PATCH whose
-    outcome was unknown), the first `limit` after `after`."""
+    outcome was unknown or that failed), the first `limit` after `after`."""
     return await conn.fetch(PARKED, limit, after)

@@ -118,6 +118,17 @@ class LinkView(Message):
         return self.attempt_status in parked or self.link_status is LinkStatus.SUSPENDED_DRIFT
 
     @property
+    def patch_failed(self) -> bool:
+        """REC-3: the newest PATCH failed with no effect (retries exhausted, or refused for
+        good) and none is queued: the remote lags the record until a save's PATCH, so the
+        failure is operator-visible, not silent."""
+        return (
+            self.link_status is LinkStatus.FINALIZED
+            and self.last_patch_status is PatchStatus.FAILED
+            and not self.pending_patches
+        )
+
+    @property
     def patch_outcome_unknown(self) -> bool:
         """The newest PATCH may or may not have landed: the remote may not hold the record's
         latest state until the next save's PATCH (always the full state) converges it."""

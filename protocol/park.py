@@ -41,6 +41,8 @@ def park_reason(view: LinkView) -> ParkReason | None:
         return suspended_reason(view.suspend_reason)
     if view.patch_outcome_unknown:
         return ParkReason.PATCH_OUTCOME_UNKNOWN
+    if view.patch_failed:
+        return ParkReason.PATCH_FAILED
     return None
 
 
@@ -127,6 +129,16 @@ REMEDIES: Final[dict[ParkReason, Remedy]] = {
         None,
         (OperatorAction.RETIRE,),
         evidence="the PATCH's send journal and the object at the remote (by the link's remote id)",
+    ),
+    ParkReason.PATCH_FAILED: Remedy(
+        "The last PATCH failed with no effect at the remote (its retries ran out, or the"
+        " remote refused it for good: the last error says which), so the remote lags the"
+        " record (REC-3). Fix the cause, then save the record again to send its full state"
+        " (`connector-push save ...`: a new PATCH). Retire the link only if the remote"
+        " object no longer belongs to this record.",
+        None,
+        (OperatorAction.RETIRE,),
+        evidence="the PATCH's last error and send journal (`connector-push links show KEY`)",
     ),
 }
 

@@ -17,3 +17,4 @@ class ParkReason(StrEnum):
     REMOTE_CONFLICT = "remote_conflict"
     STALE_REMOTE_LOCATOR = "stale_remote_locator"
     PATCH_OUTCOME_UNKNOWN = "patch_outcome_unknown"
+    PATCH_FAILED = "patch_failed"

@@ -101,6 +101,9 @@ ASSOCIATION_RECHECK = timedelta(seconds=60)
 # soon as the run has loaded the link (its own load timeout is 30 s), and may re-run it.
 OPERATOR_HOLD = timedelta(seconds=60)
 MAX_STEPS_PER_WAKE = 20
+# REC-3: a link whose newest PATCH failed is listed for an operator (workflow.patched: a
+# run recorded before this lists it as it did then).
+PATCH_FAILED_LISTED = "patch-failed-listed"
 
 
 @workflow.defn
@@ -346,9 +349,12 @@ class LinkWorkflow(LinkOperatorUpdates):
         )
 
     def _needs_operator(self, view: LinkView) -> bool:
-        """A parked attempt, a suspended link, or a PATCH whose outcome is unknown (the
-        remote may lag the record until a save converges it): listed for an operator."""
-        return view.needs_operator or view.patch_outcome_unknown
+        """A parked attempt, a suspended link, or a PATCH whose outcome is unknown or that
+        failed (REC-3: the remote lags the record until a save converges it): listed for
+        an operator. Runs recorded before a failed PATCH was listed keep their answer."""
+        if view.needs_operator or view.patch_outcome_unknown:
+            return True
+        return view.patch_failed and workflow.patched(PATCH_FAILED_LISTED)
 
     def _publish(self, view: LinkView) -> None:
         """Keep the query, the UI details and the WF-4 search attributes current."""

@@ -108,6 +108,17 @@ PARKED: dict[str, Parked] = {
         },
         SendKind.PATCH,
     ),
+    # REC-3: the newest PATCH failed with no effect (retries exhausted, or refused).
+    "patch_failed": Parked(
+        ParkReason.PATCH_FAILED,
+        {
+            **_LINKED,
+            "link_status": LinkStatus.FINALIZED,
+            "remote_id": "r-1",
+            "last_patch_status": PatchStatus.FAILED,
+        },
+        SendKind.PATCH,
+    ),
     **{
         f"suspended:{reason}": Parked(
             ParkReason(reason.value),

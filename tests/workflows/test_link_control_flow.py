@@ -291,3 +291,33 @@ async def test_a_save_signalled_while_the_run_completes_is_drained_by_that_run(
     assert refused == [WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND]
     assert events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
     assert stubs.names() == ["dispatch_create", "dispatch_create"], "one run, both saves"
+
+
+async def test_a_patch_out_of_retries_is_listed_until_a_save_converges_it(
+    env: WorkflowEnvironment, stubs: StubActivities, task_queue: str
+) -> None:
+    """REC-3: a PATCH whose retries ran out with no effect leaves the link finalized but
+    behind the record; the run stays open with NeedsOperator (found by the operator's
+    query), and the next save's PATCH, succeeding, clears it and ends the run."""
+    key = stubs.link_key
+    stubs.creates.append(finalized(key, pending_patches=[PatchStatus.PENDING]))
+    stubs.patches.extend(ApplicationError("connection reset") for _ in range(8))
+    failed = view(
+        key,
+        link_status=LinkStatus.FINALIZED,
+        attempt_status=AttemptStatus.FINALIZED,
+        last_patch_status=PatchStatus.FAILED,
+    )
+    stubs.parks.append(StepResult(kind=StepKind.PARKED, view=failed))
+    async with link_worker(env, stubs, task_queue):
+        handle = await save(env, task_queue, key)
+        await env.sleep(timedelta(days=1))  # the backoffs, then no timer
+        await stubs.called("park_exhausted")
+        described = await handle.describe()
+        assert described.status is WorkflowExecutionStatus.RUNNING
+        assert described.typed_search_attributes.get(sa.NEEDS_OPERATOR) is True
+        await handle.signal(LinkWorkflow.record_saved, RecordSaved())
+        assert (await handle.result()).reason == "done"
+        described = await handle.describe()
+    assert described.typed_search_attributes.get(sa.NEEDS_OPERATOR) is False
+    assert stubs.names()[-2:] == ["park_exhausted", "dispatch_create"], "the save's step"
