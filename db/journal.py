@@ -1,8 +1,14 @@
-"""Named queries for the send journal and the checkpoints that append to it (SPEC JRN-1).
+"""Named queries for the send journal and the checkpoints that append to it (SPEC JRN-1,
+§17 G-1).
 
 A checkpoint (RemoteIOStartedAt) and its journal row are written by ONE statement
 (a data-modifying CTE), so no try can pass its fence without leaving evidence
 and the journal costs no extra transaction. Migration 0010 guards the rest.
+
+Every request has a row (G-1): `kind` 'send' for a create POST or a PATCH, 'lookup'
+for the GET of a create's locator, 'readback' for the GET of a PATCHed object
+(migration 0200). Only 'send' rows are tries that may have landed: the journals the
+recovery decision reads (`attempt_journal`, `patch_journal`) hold those alone.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ _PATCH_NOT_APPLIED: Final = """ARRAY(SELECT jsonb_array_elements_text(
 
 
 async def claim_for_send(
-    conn: Conn, attempt_id: str, token: uuid.UUID, *, checkpoint: bool
+    conn: Conn, attempt_id: str, token: uuid.UUID, *, checkpoint: bool, lookup: bool = False
 ) -> tuple[Row, int | None] | None:
     """Claim the attempt with a fresh fencing token (pending or processing -> processing);
-    with `checkpoint`, RemoteIOStartedAt and this try's journal row in the same statement.
-    The caller decided that a send is allowed (protocol.recovery.next_step)."""
+    with `checkpoint`, RemoteIOStartedAt and this try's journal row in the same statement;
+    with `lookup` (no checkpoint), the journal row of the locator lookup GET instead.
+    The caller decided that the request is allowed (protocol.recovery, protocol.send_gate)."""
     row = await conn.fetchrow(
         f"""
         WITH claimed AS (
@@ -48,13 +55,21 @@ async def claim_for_send(
                    {_ATTEMPT_NOT_APPLIED}
             FROM claimed WHERE $4
             RETURNING journal_id
+        ), lookup AS (
+            INSERT INTO connector_send_journal (attempt_id, claim_token, method, kind)
+            SELECT attempt_id, claim_token, 'GET', 'lookup' FROM claimed WHERE $5 AND NOT $4
+            RETURNING journal_id
         )
-        SELECT claimed.*, (SELECT journal_id FROM journal) AS journal_id FROM claimed
+        SELECT claimed.*,
+               COALESCE((SELECT journal_id FROM journal), (SELECT journal_id FROM lookup))
+                   AS journal_id
+        FROM claimed
         """,
         uuid.UUID(attempt_id),
         token,
         CLAIMABLE_LANES,
         checkpoint,
+        lookup,
     )
     if row is None:
         return None
@@ -85,10 +100,11 @@ async def checkpoint_attempt(conn: Conn, attempt_id: str, token: uuid.UUID) -> i
 
 
 async def claim_patch_for_send(
-    conn: Conn, patch_id: uuid.UUID, token: uuid.UUID, *, checkpoint: bool
+    conn: Conn, patch_id: uuid.UUID, token: uuid.UUID, *, checkpoint: bool, readback: bool = False
 ) -> tuple[bool, int | None]:
     """A fresh token on the in-flight PATCH (its frozen body is re-sent); with
-    `checkpoint`, its journal row in the same statement."""
+    `checkpoint`, its journal row in the same statement; with `readback` (no checkpoint),
+    the journal row of the read-back GET instead."""
     row = await conn.fetchrow(
         f"""
         WITH claimed AS (
@@ -104,13 +120,19 @@ async def claim_patch_for_send(
             SELECT patch_id, claim_token, 'PATCH', {_PATCH_NOT_APPLIED}
             FROM claimed WHERE $3
             RETURNING journal_id
+        ), readback AS (
+            INSERT INTO connector_send_journal (patch_id, claim_token, method, kind)
+            SELECT patch_id, claim_token, 'GET', 'readback' FROM claimed WHERE $4 AND NOT $3
+            RETURNING journal_id
         )
         SELECT (SELECT count(*) FROM claimed) AS claimed,
-               (SELECT journal_id FROM journal) AS journal_id
+               COALESCE((SELECT journal_id FROM journal), (SELECT journal_id FROM readback))
+                   AS journal_id
         """,
         patch_id,
         token,
         checkpoint,
+        readback,
     )
     assert row is not None
     return row["claimed"] == 1, row["journal_id"]
@@ -129,6 +151,22 @@ async def checkpoint_patch(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) ->
         INSERT INTO connector_send_journal (patch_id, claim_token, method, not_applied_statuses)
         SELECT patch_id, claim_token, 'PATCH', {_PATCH_NOT_APPLIED}
         FROM fenced
+        RETURNING journal_id
+        """,
+        patch_id,
+        token,
+    )
+    return journal_id
+
+
+async def checkpoint_read_back(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) -> int | None:
+    """The journal row of a read-back GET under the PATCH's claim (G-1); None -> another
+    claim owns the PATCH: read nothing."""
+    journal_id: int | None = await conn.fetchval(
+        """
+        INSERT INTO connector_send_journal (patch_id, claim_token, method, kind)
+        SELECT patch_id, claim_token, 'GET', 'readback' FROM connector_patch_dispatch
+        WHERE patch_id = $1 AND claim_token = $2 AND status = 'processing'
         RETURNING journal_id
         """,
         patch_id,
@@ -170,26 +208,30 @@ async def record_outcome(
 
 async def attempt_journal(conn: Conn, attempt_id: str) -> list[Row]:
     return await conn.fetch(
-        "SELECT * FROM connector_send_journal WHERE attempt_id = $1 ORDER BY journal_id",
+        "SELECT * FROM connector_send_journal WHERE attempt_id = $1 AND kind = 'send' "
+        "ORDER BY journal_id",
         uuid.UUID(attempt_id),
     )
 
 
 async def patch_journal(conn: Conn, patch_id: uuid.UUID) -> list[Row]:
     return await conn.fetch(
-        "SELECT * FROM connector_send_journal WHERE patch_id = $1 ORDER BY journal_id",
+        "SELECT * FROM connector_send_journal WHERE patch_id = $1 AND kind = 'send' "
+        "ORDER BY journal_id",
         patch_id,
     )
 
 
 async def link_journal(conn: Conn, link_key: str) -> list[Row]:
-    """Every try of the link's attempts and PATCHes, oldest first (for `links show`)."""
+    """Every request of the link's attempts and PATCHes (GETs too), oldest first (for
+    `links show`); a GET never may have landed."""
     return await conn.fetch(
         """
         SELECT j.*, a.attempt_ordinal,
-               send_try_may_have_landed(CASE WHEN j.attempt_id IS NULL THEN 'patch'
-                                             ELSE 'create' END,
-                                        j.outcome, j.status, j.not_applied_statuses)
+               j.kind = 'send'
+                 AND send_try_may_have_landed(CASE WHEN j.attempt_id IS NULL THEN 'patch'
+                                                   ELSE 'create' END,
+                                              j.outcome, j.status, j.not_applied_statuses)
                    AS may_have_landed
         FROM connector_send_journal j
         LEFT JOIN connector_push_attempt a ON a.attempt_id = j.attempt_id

@@ -267,12 +267,14 @@ async def view_rows(conn: Conn, link_key: str) -> Row:
           (SELECT count(*) FROM connector_send_journal j
            WHERE j.attempt_id = (SELECT attempt_id FROM connector_push_attempt
                                  WHERE link_key = $1 ORDER BY attempt_ordinal DESC LIMIT 1)
+             AND j.kind = 'send'
              AND send_try_may_have_landed('create', j.outcome, j.status,
                                           j.not_applied_statuses)) AS attempt_landed,
           (SELECT count(*) FROM connector_send_journal j
            WHERE j.patch_id = (SELECT patch_id FROM connector_patch_dispatch
                                WHERE link_key = $1 AND status <> 'pending'
                                ORDER BY created_at DESC LIMIT 1)
+             AND j.kind = 'send'
              AND send_try_may_have_landed('patch', j.outcome, j.status,
                                           j.not_applied_statuses)) AS patch_landed
         """,

@@ -26,3 +26,7 @@ class DispatchHooks:
     async def after_answer(self, attempt_id: str) -> None:
         """Called when a create's POST was answered, before the answer is applied: the
         window in which a try that outlived its timeout learns what its POST did."""
+
+    async def before_read_back(self, patch_id: str) -> None:
+        """Called before a PATCH's read-back GET is gated and checkpointed (G-1): the
+        window in which what the read depends on may change after the PATCH was sent."""

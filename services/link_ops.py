@@ -15,10 +15,11 @@ from protocol.messages import (
     StepResult,
 )
 from protocol.operator import OperatorAction
-from protocol.readback import update_path_of
+from protocol.send_gate import Refused
 from services.link_step import LinkStep, StepFailed, lock_link, settled, view
 from services.operator import ReadBackEtag, Refresh, apply_operator_action, park_in_flight
-from services.patch.answer import read_object
+from services.patch.answer import object_read
+from services.patch.send import read_linked_object
 from services.rows import link_snapshot
 
 
@@ -63,7 +64,10 @@ async def _refreshed_etag(step: LinkStep, input: OperatorActionInput) -> Refresh
     link = link_snapshot(row)
     if not link.profile.readback:
         return ReadBackEtag(etag=None, read=False)
-    read = await read_object(step, link.profile, link, update_path_of(link))
+    obs = await read_linked_object(step, link)
+    if isinstance(obs, Refused):  # G-1: the read would go elsewhere, or as someone else
+        raise StepFailed(E.GATE_FAILED, f"revalidate refused: nothing was read: {obs.detail}", None)
+    read = object_read(obs)
     if read is None:
         raise StepFailed(
             E.TRANSITION_CONFLICT,

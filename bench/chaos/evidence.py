@@ -26,7 +26,8 @@ SELECT attempt_id::text AS attempt_id, link_key, status, attempt_ordinal, dispat
        remote_io_started_at IS NOT NULL AS started, request_idempotency_key,
        EXISTS (SELECT 1 FROM connector_send_journal j
                WHERE j.attempt_id = a.attempt_id
-                 AND send_try_may_have_landed('create', j.outcome, j.status,
+                 AND j.kind = 'send'
+             AND send_try_may_have_landed('create', j.outcome, j.status,
                                               j.not_applied_statuses)) AS journal_possible,
        request_snapshot->>'locator_value' AS locator, request_snapshot->>'body_hash' AS body_hash,
        response_snapshot, remote_id, last_error, source_object, source_record_id, created_at
@@ -41,7 +42,8 @@ PATCHES_SQL = """
 SELECT patch_id::text AS patch_id, link_key, status, remote_io_started_at IS NOT NULL AS started,
        EXISTS (SELECT 1 FROM connector_send_journal j
                WHERE j.patch_id = p.patch_id
-                 AND send_try_may_have_landed('patch', j.outcome, j.status,
+                 AND j.kind = 'send'
+             AND send_try_may_have_landed('patch', j.outcome, j.status,
                                               j.not_applied_statuses)) AS journal_possible,
        body, response_snapshot, last_error, created_at
 FROM connector_patch_dispatch p ORDER BY created_at, patch_id

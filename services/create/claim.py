@@ -1,12 +1,12 @@
-"""Claiming a create (SPEC POST-1, REC-1, REC-4, GATE-2, C-5, LANE-2): under the link
-lock, act on what `protocol.recovery.next_step` decides from the attempt's journal:
-claim it for a send (after the drift gate, the source check and, in the deferred lane,
-completing its body), claim it for a locator lookup, resume its writeback, or park it.
-A claim that will send spends the budget's daily quota in the same transaction."""
+"""Claiming a create (SPEC POST-1, REC-1, REC-4, GATE-2, C-5, LANE-2, §17 G-1): under the
+link lock, act on what `protocol.recovery.next_step` decides from the attempt's journal:
+claim it for a send (after the send gate, the source check and, in the deferred lane,
+completing its body), claim it for a locator lookup (after the send gate, with the
+lookup's journal row), resume its writeback, or park it. A claim that will send spends
+the budget's daily quota in the same transaction."""
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 
@@ -18,11 +18,12 @@ from db.records import Conn
 from protocol.deferred import Waiting
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import StepKind, StepResult
-from protocol.recovery import Decision, Step, next_step
+from protocol.recovery import Decision, RecoveryInput, Step, next_step
 from protocol.request import FreezeFailure
+from protocol.send_gate import RequestKind
 from protocol.snapshots import CreateRequestSnapshot
-from services.attempt_drift import drift_refusal
 from services.cas import require_cas
+from services.create.gate import gate_create, key_age
 from services.deferred import resolve_deferred
 from services.evidence import attempt_recovery
 from services.link_step import (
@@ -38,8 +39,6 @@ from services.link_step import (
 from services.record_store import PostgresRecordStore
 from services.rows import link_view, request_of
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class CreateSend:
@@ -53,11 +52,14 @@ class CreateSend:
 
 @dataclass(frozen=True)
 class LocatorLookup:
-    """An attempt claimed for a look-up of its unique locator (no checkpoint, no journal)."""
+    """An attempt claimed for a look-up of its unique locator: no checkpoint, the GET's
+    own journal row (kind `lookup`, G-1)."""
 
     attempt_id: str
     token: uuid.UUID
     request: CreateRequestSnapshot
+    journal_id: int | None = None
+    landed: int = 1  # the attempt's tries that may have landed (a lookup follows one)
 
 
 # What the claim decided. A refusal is returned, not raised, so the parked state it
@@ -83,11 +85,42 @@ async def _claim(step: LinkStep, key: str) -> Claim:
             now = link_view(key, await q.link_by_key(conn, key), attempt)
             return StepFailed(E.LANE_NOT_CLAIMABLE, f"lane {attempt['dispatch_lane']!r}", now)
         request = request_of(attempt)
-        decision = next_step(await attempt_recovery(conn, attempt, request.profile))
+        recovery = await attempt_recovery(conn, attempt, request.profile)
+        decision = next_step(recovery)
+        refusal = await _gate(step, conn, key, attempt, request, recovery, decision)
+        if refusal is not None:
+            return refusal
         plan = await _resume(conn, key, attempt, request, decision)
         if isinstance(plan, CreateSend | LocatorLookup):  # a request will leave: its quota
             await spend(step, conn, plan.request.remote_scope, plan.request.profile.credential_ref)
         return plan
+
+
+# The G-1 row of each step that sends a request.
+_REQUEST_KIND = {
+    Step.SEND: RequestKind.CREATE_FIRST,
+    Step.RESEND_REPLAY_SAFE: RequestKind.CREATE_RESEND,
+    Step.LOOKUP_LOCATOR: RequestKind.LOOKUP,
+}
+
+
+async def _gate(
+    step: LinkStep,
+    conn: Conn,
+    key: str,
+    attempt: asyncpg.Record,
+    request: CreateRequestSnapshot,
+    recovery: RecoveryInput,
+    decision: Decision,
+) -> StepFailed | None:
+    """G-1, in this claim's transaction, for the request the journal's decision sends."""
+    kind = _REQUEST_KIND.get(decision.step)
+    if kind is None:
+        return None
+    age = (
+        key_age(recovery, request, step.hooks.now()) if kind is RequestKind.CREATE_RESEND else None
+    )
+    return await gate_create(conn, key, attempt, kind, decision.may_have_landed, age)
 
 
 async def _resume(
@@ -97,12 +130,9 @@ async def _resume(
     request: CreateRequestSnapshot,
     decision: Decision,
 ) -> Claim:
-    """REC-4: act on what `protocol.recovery.next_step` decided from the journal."""
+    """REC-4: act on what `protocol.recovery.next_step` decided from the journal (the send
+    gate passed for the request it sends)."""
     attempt_id, token = str(attempt["attempt_id"]), uuid.uuid4()
-    if decision.step in (Step.SEND, Step.RESEND_REPLAY_SAFE):
-        refusal = await _drift_gate(conn, key, attempt)
-        if refusal is not None:
-            return refusal
     match decision.step:
         case Step.SEND:
             return await _claim_send(conn, key, attempt, request, token)
@@ -112,9 +142,12 @@ async def _resume(
             assert claimed is not None
             return CreateSend(attempt_id, token, request, claimed[1])
         case Step.LOOKUP_LOCATOR:
-            claimed = await jq.claim_for_send(conn, attempt_id, token, checkpoint=False)
+            claimed = await jq.claim_for_send(
+                conn, attempt_id, token, checkpoint=False, lookup=True
+            )
             require_cas(claimed, "claim_for_send")
-            return LocatorLookup(attempt_id, token, request)
+            assert claimed is not None
+            return LocatorLookup(attempt_id, token, request, claimed[1], decision.may_have_landed)
         case Step.PARK_AMBIGUOUS | Step.TERMINAL:
             return await park_planned(conn, key, attempt_id, decision)
         case Step.RESUME_WRITEBACK:
@@ -140,33 +173,8 @@ async def park_planned(conn: Conn, key: str, attempt_id: str, decision: Decision
     return StepFailed(kind, decision.reason, await view(conn, key))
 
 
-async def _drift_gate(conn: Conn, key: str, attempt: asyncpg.Record) -> StepFailed | None:
-    """GATE-2: a fail-closed drift finding parks the attempt before any POST: nothing
-    was sent yet -> `terminal_failed`; an earlier try may have landed -> ambiguous."""
-    detail = await drift_refusal(conn, attempt)
-    if detail is None:
-        return None
-    sent_before = attempt["remote_io_started_at"] is not None
-    target = "ambiguous_remote_effect" if sent_before else "terminal_failed"
-    moved = await q.move_attempt(
-        conn,
-        str(attempt["attempt_id"]),
-        ["pending", "processing", "post_sent"],
-        target,
-        last_error=detail,
-    )
-    require_cas(moved, "move_attempt")
-    log.warning(
-        "attempt parked %s before POST: %s",
-        target,
-        detail,
-        extra={"link_key": key, "attempt_id": str(attempt["attempt_id"])},
-    )
-    return StepFailed(E.GATE_FAILED, detail, await view(conn, key))
-
-
 async def claim_resend(step: LinkStep, key: str, lookup: LocatorLookup) -> StepFailed | None:
-    """C-5: the drift gate before the re-send that follows a locator lookup that found
+    """C-5, G-1: the send gate before the re-send that follows a locator lookup that found
     nothing, under the link key's lock, for the attempt this lookup claimed; the re-send
     spends its own daily quota (`QuotaExhausted` rolls it back). Another claim owning the
     row now is left to the send's fence (it sends nothing)."""
@@ -175,7 +183,8 @@ async def claim_resend(step: LinkStep, key: str, lookup: LocatorLookup) -> StepF
         attempt = await q.occupying_attempt(conn, key)
         if attempt is None or attempt["claim_token"] != lookup.token:
             return None
-        refusal = await _drift_gate(conn, key, attempt)
+        # No key age: the remote's unique locator, not its key, refuses a duplicate.
+        refusal = await gate_create(conn, key, attempt, RequestKind.CREATE_RESEND, lookup.landed)
         if refusal is None:  # the re-send is a second request: its own daily quota
             request = lookup.request
             await spend(step, conn, request.remote_scope, request.profile.credential_ref)

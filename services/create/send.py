@@ -1,6 +1,7 @@
-"""Every request the create path sends (SPEC POST-1, REC-1, REC-4): the frozen create,
-behind its fence, and the look-up of its unique locator. Nothing else on this path
-reaches the remote."""
+"""Every request the create path sends (SPEC POST-1, REC-1, REC-4, §17 G-1): the frozen
+create, behind its fence, and the look-up of its unique locator, each after the send
+gate passed in the transaction that claimed or checkpointed it (`services.create.claim`)
+and each with its journal row. Nothing else on this path reaches the remote."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from protocol.outcome import Observation
 from protocol.request import locator_lookup_path
 from services import remote
 from services.create.claim import CreateSend, LocatorLookup
+from services.evidence import record_try
 from services.link_step import LinkStep, fenced
 
 
@@ -45,6 +47,7 @@ async def send_create(step: LinkStep, key: str, plan: CreateSend) -> tuple[SentT
         request.relative_path,
         request.headers,
         request.body,
+        deadline=step.deadline,
     )
     obs = obs.model_copy(update={"now": datetime.now(UTC)})
     await step.hooks.after_answer(plan.attempt_id)
@@ -52,9 +55,17 @@ async def send_create(step: LinkStep, key: str, plan: CreateSend) -> tuple[SentT
 
 
 async def look_up_locator(step: LinkStep, lookup: LocatorLookup) -> Observation:
-    """GET the remote objects carrying the attempt's unique locator (REC-4): a read."""
+    """GET the remote objects carrying the attempt's unique locator (REC-4): a read, its
+    journal row written by the claim and its outcome right after the answer."""
     request = lookup.request
     recovery = request.profile.locator_recovery
     assert recovery is not None and request.locator_value is not None
     path = locator_lookup_path(recovery, request.target_object, request.locator_value)
-    return await remote.send(step.http, "GET", request.profile, path, {}, None)
+    step.heartbeat()
+    obs = await remote.send(
+        step.http, "GET", request.profile, path, {}, None, deadline=step.deadline
+    )
+    obs = obs.model_copy(update={"now": datetime.now(UTC)})
+    async with step.pool.acquire() as conn:
+        await record_try(conn, lookup.journal_id, obs)
+    return obs

@@ -9,6 +9,10 @@ current authority, after the before-PATCH gates and the drift classifier passed
 against the active pack. Fail-closed drift and remote 404/409 evidence suspend the
 link; nothing here ever POSTs.
 
+Every PATCH request, its first try and every re-send of a PATCH whose tries were all
+definitely not applied (C-2'), and every read-back GET, passes the send gate
+(`services.patch.gate`, SPEC §17 G-1) in the transaction that claims or checkpoints it.
+
 Ambiguous PATCHes: a dispatch one of whose tries may have landed (its send journal,
 `protocol.recovery`) is never sent again, replay-safe profile or not (SPEC §15 C-2).
 A profile that declares a read-back may prove it applied with a GET (the object

@@ -4,8 +4,6 @@ profile declares one and an earlier write of ours may explain a conflict or a si
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from pydantic import JsonValue
 
 from protocol.outcome import (
@@ -22,7 +20,6 @@ from protocol.outcome import (
 )
 from protocol.readback import readback_matches
 from protocol.recovery import Step, on_patch_conflict
-from protocol.snapshots import LinkSnapshot, ProfileSnapshot
 from services.link_step import LinkStep
 from services.patch.plan import PatchSend
 from services.patch.send import read_back
@@ -47,8 +44,7 @@ async def confirm_by_read_back(
     was applied (`succeeded`, the read's ETag stored); anything else (a different
     value, an unreadable object) leaves it `ambiguous_remote_effect`. A read, never a
     re-send: the returned observation is the GET's."""
-    obs = await read_back(step, plan.contract, plan.link, plan.path)
-    obs = obs.model_copy(update={"now": datetime.now(UTC)})
+    obs = await read_back(step, plan)
     if obs.transport is not Transport.RESPONSE or obs.status != 200:
         return PatchAmbiguous(reason=f"{why}; read-back inconclusive"), obs
     if readback_matches(plan.body, parse_json(obs.body)):
@@ -56,11 +52,13 @@ async def confirm_by_read_back(
     return PatchAmbiguous(reason=f"{why}; read-back differs from the frozen body"), obs
 
 
-async def read_object(
-    step: LinkStep, contract: ProfileSnapshot, link: LinkSnapshot, update_path: str
-) -> tuple[JsonValue, str | None] | None:
+async def read_object(step: LinkStep, plan: PatchSend) -> tuple[JsonValue, str | None] | None:
     """The linked object and its entity tag, or None when the read-back did not answer 200."""
-    obs = await read_back(step, contract, link, update_path)
+    return object_read(await read_back(step, plan))
+
+
+def object_read(obs: Observation) -> tuple[JsonValue, str | None] | None:
+    """The object a read-back answered with and its entity tag; None unless a 200."""
     if obs.transport is not Transport.RESPONSE or obs.status != 200:
         return None
     return parse_json(obs.body), obs.headers.get("etag")
@@ -77,7 +75,7 @@ async def _resolve_conflict(
     decision = on_patch_conflict(earlier, plan.contract)
     if decision.step is not Step.READ_BACK:
         return conflict
-    read = await read_object(step, plan.contract, plan.link, plan.path)
+    read = await read_object(step, plan)
     if read is None:
         return PatchRetry()  # inconclusive: retried once the 412 is in the journal
     document, etag = read

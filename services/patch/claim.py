@@ -1,6 +1,7 @@
-"""Claiming a link's PATCH (SPEC PATCH-2, REC-1, REC-4, C-2): under the link lock, resume
-the PATCH in flight as its journal allows, or claim the queued one with a fresh fencing
-token and plan it; the claim spends the budget's daily quota."""
+"""Claiming a link's PATCH (SPEC PATCH-2, REC-1, REC-4, C-2', §17 G-1): under the link
+lock, resume the PATCH in flight as its journal allows, or claim the queued one with a
+fresh fencing token and plan it; either way the request it sends passes the send gate
+(`services.patch.gate`) in this transaction. The claim spends the budget's daily quota."""
 
 from __future__ import annotations
 
@@ -14,11 +15,19 @@ from db import patches as pq
 from db.records import Conn
 from protocol.messages import StepResult
 from protocol.recovery import Step, next_step
+from protocol.send_gate import Refused
 from protocol.snapshots import LinkSnapshot
 from protocol.states import LinkStatus
 from services.cas import require_cas
 from services.evidence import frozen_patch_profile, patch_recovery
 from services.link_step import LinkStep, QuotaExhausted, lock_link, quota_wait, settled, spend
+from services.patch.gate import (
+    frozen_fields,
+    gate_patch,
+    gate_read_back,
+    patch_context,
+    refuse_patch,
+)
 from services.patch.plan import PatchSend, build_patch, precondition
 from services.rows import jsonb, link_snapshot
 
@@ -69,33 +78,37 @@ async def _resume_sent(
     conn: Conn, patch: Any, link: LinkSnapshot, token: uuid.UUID, guard: dict[str, str]
 ) -> PatchSend | None:
     """An earlier try passed its fence: the journal decides (REC-4). The same frozen body
-    is sent again only if no earlier try can have landed; otherwise a declared read-back
-    may prove it applied (C-2: a read, never a re-send), else it is ambiguous."""
+    is sent again only if no earlier try can have landed (C-2'), and only through the
+    send gate, like a first try; otherwise a declared read-back may prove it applied (C-2:
+    a read, never a re-send, through the gate too), else it is ambiguous."""
     contract = frozen_patch_profile(patch, link.profile)
     decision = next_step(await patch_recovery(conn, patch, contract))
     patch_id = patch["patch_id"]
     match decision.step:
         case Step.SEND | Step.READ_BACK:
             read_only = decision.step is Step.READ_BACK
-            # A read writes no checkpoint and no journal row: nothing is sent.
+            refused = await _gate_resume(conn, link, patch, read_only)
+            if refused is not None:
+                await refuse_patch(conn, link.link_key, patch_id, None, refused)
+                return None
+            # A re-send's checkpoint and journal row are written at its fence (send.py);
+            # a read-back's journal row (kind `readback`) with this claim.
             claimed, journal_id = await jq.claim_patch_for_send(
-                conn, patch_id, token, checkpoint=False
+                conn, patch_id, token, checkpoint=False, readback=read_only
             )
             require_cas(claimed, "claim_patch_for_send")
-            body = jsonb(patch["body"])
-            path = patch["update_path"]
-            landed = decision.may_have_landed
             return PatchSend(
                 patch_id,
                 token,
                 link,
-                path,
-                body,
-                journal_id,
+                patch["update_path"],
+                jsonb(patch["body"]),
+                None,
                 guard,
                 contract,
-                landed,
+                decision.may_have_landed,
                 read_back_only=read_only,
+                read_back_journal_id=journal_id,
             )
         case Step.PARK_AMBIGUOUS:
             require_cas(
@@ -112,3 +125,16 @@ async def _resume_sent(
         case _:
             pass
     return None
+
+
+async def _gate_resume(
+    conn: Conn, link: LinkSnapshot, patch: Any, read_only: bool
+) -> Refused | None:
+    """G-1 for the request a resumed PATCH sends: its read-back GET, or the frozen body
+    again, checked like a first try with the fields that body carries."""
+    if read_only:
+        gate = await gate_read_back(conn, link)
+    else:
+        ctx, _ = await patch_context(conn, link.link_key, link, patch["originating_user_id"])
+        gate = gate_patch(ctx, link, frozen_fields(patch))
+    return gate if isinstance(gate, Refused) else None

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from protocol.messages import StepResult
 from protocol.outcome import PatchOutcome
-from services.link_step import LinkStep
+from services.evidence import record_try
+from services.link_step import LinkStep, settled
 from services.pacing import PaceSlot, paced
 from services.patch.answer import answer_patch, confirm_by_read_back
 from services.patch.apply import apply_patch_outcome
 from services.patch.claim import claim_patch
-from services.patch.send import send_patch
+from services.patch.send import ReadBackRefused, send_patch
 
 
 async def dispatch_patch(step: LinkStep, key: str, slot: PaceSlot) -> StepResult:
@@ -31,7 +32,14 @@ async def send_queued_patch(step: LinkStep, key: str) -> StepResult:
     if plan.read_back_only:
         # C-2: an earlier try may have landed; a GET may prove it, nothing is sent.
         outcome, obs = await confirm_by_read_back(step, plan, "an earlier try may have landed")
-    else:
-        journal_id, obs = await send_patch(step, key, plan)
+        return await apply_patch_outcome(step, key, plan, journal_id, outcome, obs)
+    journal_id, obs = await send_patch(step, key, plan)
+    try:
         outcome = await answer_patch(step, plan, obs)
+    except ReadBackRefused:
+        # G-1 refused the read-back that would settle this try, and parked the PATCH;
+        # this try's own outcome is evidence all the same (JRN-1).
+        async with step.tx(key) as conn:
+            await record_try(conn, journal_id, obs)
+            return await settled(conn, key)
     return await apply_patch_outcome(step, key, plan, journal_id, outcome, obs)

@@ -1,27 +1,27 @@
-"""Planning a PATCH (SPEC PATCH-1, PATCH-2, DRIFT-2): its body built from the current
-record under the current authority, after the before-PATCH gates and the drift
-classifier passed, and frozen under the claim; or refused, failing the PATCH (and
-suspending the link on fail-closed drift)."""
+"""Planning a PATCH (SPEC PATCH-1, PATCH-2, DRIFT-2, §17 G-1): its body built from the
+current record under the current authority, after the send gate
+(`services.patch.gate`) and the before-PATCH gates passed, and frozen under the claim;
+or refused, failing the PATCH (and suspending the link on fail-closed drift)."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from db import links as links_q
 from db import patches as pq
 from db.records import Conn
-from protocol.admission import PatchQueued, Rejected, SaveRequest
+from protocol.admission import PatchQueued, Rejected
 from protocol.drift import Finding
 from protocol.drift import suspend_reason as drift_suspend_reason
 from protocol.errors import RejectReason
 from protocol.gates import decide_patch
+from protocol.send_gate import Refused
 from protocol.snapshots import LinkSnapshot, ProfileSnapshot
 from protocol.states import LinkStatus
-from services.admission import load_context
 from services.cas import require_cas
+from services.patch.gate import gate_patch, patch_context, refuse_patch
 from services.rows import profile_and_path_columns
 
 
@@ -43,6 +43,8 @@ class PatchSend:
     earlier_bodies: tuple[Any, ...] = ()
     # C-2: an earlier try may have landed; only a read-back GET may settle it, never a send.
     read_back_only: bool = False
+    # The read-back's journal row (kind `readback`), written by the claim that gated it.
+    read_back_journal_id: int | None = None
 
 
 def findings_json(findings: tuple[Finding, ...] | list[Finding]) -> list[dict[str, Any]]:
@@ -58,16 +60,13 @@ def precondition(link: LinkSnapshot, etag: str | None) -> dict[str, str]:
 async def build_patch(
     conn: Conn, key: str, link: LinkSnapshot, patch: Any, token: uuid.UUID, guard: dict[str, str]
 ) -> PatchSend | None:
-    """Under the claim `token`: gate the queued PATCH and freeze its body, or refuse it."""
-    save = SaveRequest(
-        connector_owner_key=link.slot.connector_owner_key,
-        action_slot_id=link.slot.action_slot_id,
-        destination_slot_id=link.slot.destination_slot_id,
-        source_object=link.slot.source_object,
-        source_record_id=link.source_record_id,
-        originating_user_id=patch["originating_user_id"],
-    )
-    ctx, active = await load_context(conn, key, save, now=datetime.now(UTC))
+    """Under the claim `token`: gate the queued PATCH (G-1) and freeze its body, or
+    refuse it; nothing is sent on a refusal."""
+    ctx, active = await patch_context(conn, key, link, patch["originating_user_id"])
+    gate = gate_patch(ctx, link, frozenset())  # the body is built below, under the gate
+    if isinstance(gate, Refused):
+        await refuse_patch(conn, key, patch["patch_id"], token, gate)
+        return None
     decision = decide_patch(ctx)
     if isinstance(decision, Rejected):
         await _refuse(conn, key, patch["patch_id"], token, decision)

@@ -116,8 +116,10 @@ async def parked(stack: Stack, key: str) -> asyncpg.Record:
     )
 
 
-def assert_parked_for(attempt: asyncpg.Record, surface: str) -> None:
-    assert "drift before POST" in attempt["last_error"], attempt["last_error"]
+def assert_parked_for(attempt: asyncpg.Record, surface: str, before: str = "POST") -> None:
+    """Parked by the send gate before its `before` (a POST, or a locator lookup) for a
+    fail-closed finding on `surface`."""
+    assert f"drift before {before}" in attempt["last_error"], attempt["last_error"]
     findings = json.loads(attempt["drift_findings"])
     assert {"surface": surface, "disposition": "fail_closed"}.items() <= {
         k: v for f in findings if f["surface"] == surface for k, v in f.items()

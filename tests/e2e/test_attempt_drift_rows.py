@@ -98,10 +98,11 @@ async def test_a_locator_resend_after_a_change_parks_unsent(
     first POST is reset before it had any effect (the deals profile recovers by a unique
     locator). Meanwhile the owner's pack is removed, or its owner key changes, or the
     destination slot is removed, or the profile's credentialRef, endpoint class, base
-    URL or generation changes. The lookup finds nothing, and the re-send that would
-    follow is gated like any send: the attempt parks `ambiguous_remote_effect` and the
-    ledger holds no create. (Before C-5 the re-send was not gated: the deal was POSTed
-    under the changed pack and finalized.)"""
+    URL or generation changes. The lookup that would follow is a request like any other
+    (G-1): each change moves where it goes or who sends it, so the gate refuses it and
+    the re-send after it: the attempt parks `ambiguous_remote_effect`, nothing more is
+    sent, and the ledger holds no create. (Before C-5 the re-send was not gated: the
+    deal was POSTed under the changed pack and finalized; before G-1 the lookup went.)"""
     if change == "pack-removed":
         step: Step = lambda: remove_owner_pack(stack)  # noqa: E731
     elif change == "owner-key-changed":
@@ -116,9 +117,9 @@ async def test_a_locator_resend_after_a_change_parks_unsent(
     assert isinstance(decision, CreateReserved), decision
     attempt = await parked(stack, deal_key("o-001"))
     surface = {"pack-removed": "owner_identity", "owner-key-changed": "owner_identity"}
-    assert_parked_for(attempt, surface.get(change) or SURFACE[change])
+    assert_parked_for(attempt, surface.get(change) or SURFACE[change], "locator lookup")
     assert await stack.sandbox.ledger(object_type="deals", kind="create") == []
-    assert await journal_rows(stack, attempt["attempt_id"]) == 1
+    assert await journal_rows(stack, attempt["attempt_id"]) == 1  # the POST; no lookup
     assert attempt["remote_id"] is None
 
 
