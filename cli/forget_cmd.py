@@ -46,7 +46,7 @@ def _print(report: ForgetReport) -> None:
 
 def forget_command(
     source_object: Annotated[
-        str, typer.Option("--source-object", help="The record's CRM object, e.g. Contact.")
+        str, typer.Option("--source-object", help="The record's CRM object (its SourceObject).")
     ],
     record_id: Annotated[str, typer.Option("--record-id", help="The record's id in the CRM.")],
     operator: Annotated[
