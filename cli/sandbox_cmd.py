@@ -38,6 +38,12 @@ def load_sandbox_config(
     if persist is not None:
         config = config.model_copy(update={"persist_path": persist})
     if rate_limit is not None:
+        if config.mode != "generous":
+            # model_copy does not validate: refuse what the mode would silently ignore.
+            raise ValueError(
+                f"--rate-limit sets the generous mode's token bucket; mode {config.mode} "
+                f"takes its limits from {config.mode}_limits in the config"
+            )
         config = config.model_copy(update={"rate_limit": parse_rate_limit(rate_limit)})
     return config
 
@@ -79,7 +85,7 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="JSON file keeping state across restarts.")
         ] = None,
         config: Annotated[
-            Path | None, typer.Option(help="YAML SandboxConfig (object types, seed).")
+            Path | None, typer.Option(help="YAML SandboxConfig (mode, object types, seed).")
         ] = None,
         rate_limit: Annotated[
             str | None,

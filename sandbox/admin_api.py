@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -25,7 +25,27 @@ def admin_routes(
     inbox: CallbackInbox,
     limiter: RateLimiter,
 ) -> list[Route]:
-    """Routes for tests and benchmarks to steer and inspect the sandbox."""
+    """The generous mode's routes for tests and benchmarks to steer and inspect it."""
+
+    async def age_keys(request: Request) -> Response:
+        seconds = float(request.query_params.get("seconds", "0"))
+        return JSONResponse({"keys": store.age_keys(seconds)})
+
+    return [
+        *core_admin_routes(holder, book, store.list_objects, limiter.reset),
+        *callback_routes(inbox),
+        Route(ADMIN + "/idempotency/age", age_keys, methods=["POST"]),
+        *_rate_limit_routes(limiter),
+    ]
+
+
+def core_admin_routes(
+    holder: StateHolder,
+    book: FaultBook,
+    objects: Callable[[str], list[JsonValue]],
+    reset_limits: Callable[[], None],
+) -> list[Route]:
+    """Every mode's admin routes: health, reset, faults, ledger and stored objects."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -33,7 +53,7 @@ def admin_routes(
     async def reset(request: Request) -> Response:
         holder.reset()
         book.clear()
-        limiter.reset()
+        reset_limits()
         return Response(status_code=204)
 
     async def add_fault(request: Request) -> Response:
@@ -55,16 +75,8 @@ def admin_routes(
         entries = [e.model_dump(mode="json") for e in holder.state.ledger]
         return JSONResponse({"entries": [e for e in entries if wanted(e)]})
 
-    async def callbacks(request: Request) -> Response:
-        received = [c.model_dump(mode="json") for c in inbox.received()]
-        return JSONResponse({"completions": received})
-
-    async def objects(request: Request) -> Response:
-        return JSONResponse({"results": store.list_objects(request.path_params["object_type"])})
-
-    async def age_keys(request: Request) -> Response:
-        seconds = float(request.query_params.get("seconds", "0"))
-        return JSONResponse({"keys": store.age_keys(seconds)})
+    async def list_objects(request: Request) -> Response:
+        return JSONResponse({"results": objects(request.path_params["object_type"])})
 
     return [
         Route(ADMIN + "/health", health, methods=["GET"]),
@@ -73,11 +85,18 @@ def admin_routes(
         Route(ADMIN + "/faults", list_faults, methods=["GET"]),
         Route(ADMIN + "/faults", clear_faults, methods=["DELETE"]),
         Route(ADMIN + "/ledger", ledger, methods=["GET"]),
-        Route(ADMIN + "/callbacks", callbacks, methods=["GET"]),
-        Route(ADMIN + "/objects/{object_type}", objects, methods=["GET"]),
-        Route(ADMIN + "/idempotency/age", age_keys, methods=["POST"]),
-        *_rate_limit_routes(limiter),
+        Route(ADMIN + "/objects/{object_type}", list_objects, methods=["GET"]),
     ]
+
+
+def callback_routes(inbox: CallbackInbox) -> list[Route]:
+    """The workflow-action callback completions received (generous and hubspot modes)."""
+
+    async def callbacks(request: Request) -> Response:
+        received = [c.model_dump(mode="json") for c in inbox.received()]
+        return JSONResponse({"completions": received})
+
+    return [Route(ADMIN + "/callbacks", callbacks, methods=["GET"])]
 
 
 def _rate_limit_routes(limiter: RateLimiter) -> list[Route]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import httpx
 from pydantic import TypeAdapter
 
+from sandbox.config import HubSpotLimits, SalesforceLimits
 from sandbox.faults import FaultRuleSpec, FaultRuleView
+from sandbox.front_door import ClockAdvance, GateReport, LockSetting
 from sandbox.rate_limit import RateLimitReport, RateLimitSettings
 from sandbox.state import CallbackCompletion, LedgerEntry, LedgerKind
 
@@ -72,6 +74,26 @@ class SandboxClient:
         """Replace the rate limits (buckets start full)."""
         body = settings.model_dump_json()
         (await self._http.put(f"{self._base}/rate-limit", content=body)).raise_for_status()
+
+    async def limits(self) -> GateReport:
+        """A strict mode's limits, lock, refusals by reason and every admitted request."""
+        response = await self._http.get(f"{self._base}/limits")
+        return GateReport.model_validate_json(response.raise_for_status().content)
+
+    async def set_limits(self, limits: HubSpotLimits | SalesforceLimits) -> None:
+        """Replace a strict mode's limits (windows start empty)."""
+        body = limits.model_dump_json()
+        (await self._http.put(f"{self._base}/limits", content=body)).raise_for_status()
+
+    async def set_locked(self, locked: bool) -> None:
+        """Lock a strict mode's remote (every request refused as locked) or unlock it."""
+        body = LockSetting(locked=locked).model_dump_json()
+        (await self._http.put(f"{self._base}/lock", content=body)).raise_for_status()
+
+    async def advance_clock(self, seconds: float) -> None:
+        """Move a strict mode's clock forward, as if `seconds` passed for its limits."""
+        body = ClockAdvance(seconds=seconds).model_dump_json()
+        (await self._http.post(f"{self._base}/clock", content=body)).raise_for_status()
 
     async def reset(self) -> None:
         """Forget objects, ledger, idempotency records, callbacks, faults and rate-limit counts."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import assert_never
 
+from pydantic import JsonValue
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,13 +18,24 @@ ADMIN_PREFIX = "/_sandbox"
 RESET_NOTICE_S = 5.0
 
 
+# The body of a `status` fault that gives none, in the mode's error shape.
+FaultBody = Callable[[int], JsonValue]
+
+
 class FaultInjector:
     """Wraps the app; admin routes under `/_sandbox` are never faulted."""
 
-    def __init__(self, app: ASGIApp, book: FaultBook, connections: ConnectionRegistry) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        book: FaultBook,
+        connections: ConnectionRegistry,
+        fault_body: FaultBody | None = None,
+    ) -> None:
         self._app = app
         self._book = book
         self._connections = connections
+        self._fault_body = fault_body or generous_fault_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI call, faulting it if a rule fires."""
@@ -41,10 +53,10 @@ class FaultInjector:
             case "delay_ms":
                 await self._app(scope, receive, send)
             case "status":
-                await _drain(receive)
-                await _status_response(rule)(scope, receive, send)
+                await drain(receive)
+                await _status_response(rule, self._fault_body)(scope, receive, send)
             case "reset_before_effect":
-                await _drain(receive)
+                await drain(receive)
                 await self._reset(scope, receive)
             case "reset_after_effect":
                 await self._app(scope, receive, _swallow)
@@ -76,7 +88,7 @@ class FaultInjector:
         await _wait_for_disconnect(receive, timeout_s=RESET_NOTICE_S)
 
 
-def _status_response(rule: FaultRuleSpec) -> Response:
+def _status_response(rule: FaultRuleSpec, fault_body: FaultBody) -> Response:
     headers = {"Retry-After": rule.retry_after} if rule.retry_after is not None else {}
     assert rule.status is not None  # guaranteed by FaultRuleSpec's validator
     if rule.body_bytes is not None:  # a JSON object that many bytes long, sent chunked
@@ -86,7 +98,8 @@ def _status_response(rule: FaultRuleSpec) -> Response:
     if rule.body_depth is not None:  # valid JSON nested that deep
         raw = b"[" * rule.body_depth + b"]" * rule.body_depth
         return Response(raw, rule.status, headers, media_type="application/json")
-    return JSONResponse(_status_body(rule, rule.status), rule.status, headers)
+    body = rule.body if rule.body is not None else fault_body(rule.status)
+    return JSONResponse(body, rule.status, headers)
 
 
 async def _padded(size: int) -> AsyncIterator[bytes]:
@@ -100,9 +113,8 @@ async def _padded(size: int) -> AsyncIterator[bytes]:
     yield b'"}'
 
 
-def _status_body(rule: FaultRuleSpec, status: int) -> object:
-    if rule.body is not None:
-        return rule.body
+def generous_fault_body(status: int) -> JsonValue:
+    """The generous mode's fault bodies: HubSpot's 429, else a HubSpot-style error."""
     if status == 429:
         return {
             "status": "error",
@@ -150,7 +162,8 @@ async def _drip(answer: _Captured, every_s: float, receive: Receive, send: Send)
         gone.cancel()
 
 
-async def _drain(receive: Receive) -> None:
+async def drain(receive: Receive) -> None:
+    """Read and drop the request body, so the connection can answer and carry on."""
     while True:
         message = await receive()
         if message["type"] != "http.request" or not message.get("more_body", False):

@@ -14,34 +14,17 @@ import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from datetime import time as dt_time
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from sandbox.config import RateLimitConfig, SandboxConfig
+from sandbox.config import DailyLimit, RateLimitConfig, SandboxConfig
 from sandbox.replies import Reply
+
+__all__ = ["DailyLimit", "RateLimitReport", "RateLimitSettings", "RateLimiter"]
 
 # HubSpot names its policies by window; other windows get a name of the same shape.
 _POLICY_NAMES = {10.0: "TEN_SECONDLY_ROLLING", 1.0: "SECONDLY", 86_400.0: "DAILY"}
-
-
-class DailyLimit(BaseModel):
-    """HubSpot's daily limit: `requests` per account and calendar day in `time_zone`, reset
-    at its midnight; a 429 then names the `DAILY` policy (issue 33 item 3)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    requests: int = Field(ge=1)
-    time_zone: str = "UTC"
-
-    @field_validator("time_zone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as error:  # the admin API answers 422
-            raise ValueError(f"not an IANA time zone name: {value!r}") from error
-        return value
 
 
 class RateLimitSettings(BaseModel):
@@ -146,10 +129,7 @@ class RateLimiter:
         daily = self._settings.daily
         if daily is None:
             return None, 0.0
-        zone = ZoneInfo(daily.time_zone)
-        now = datetime.fromtimestamp(time.time() + self._settings.clock_offset_seconds, zone)
-        midnight = datetime.combine(now.date() + timedelta(days=1), dt_time(0), tzinfo=zone)
-        return now.date(), (midnight - now).total_seconds()
+        return calendar_day(daily.time_zone, time.time() + self._settings.clock_offset_seconds)
 
     def configure(self, settings: RateLimitSettings) -> None:
         """Replace the limits; buckets start full again."""
@@ -175,6 +155,14 @@ class RateLimiter:
             bucket = _Bucket(limit=limit, tokens=limit.requests, updated=time.monotonic())
             self._buckets[object_type] = bucket
         return bucket
+
+
+def calendar_day(time_zone: str, at: float) -> tuple[date, float]:
+    """The day in `time_zone` at Unix time `at`, and the seconds from `at` to its midnight."""
+    zone = ZoneInfo(time_zone)
+    now = datetime.fromtimestamp(at, zone)
+    midnight = datetime.combine(now.date() + timedelta(days=1), dt_time(0), tzinfo=zone)
+    return now.date(), (midnight - now).total_seconds()
 
 
 def too_many_requests(limit: RateLimitConfig, wait_s: float) -> Reply:

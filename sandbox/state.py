@@ -19,6 +19,15 @@ class StoredObject(BaseModel):
     version: int = 1  # bumped on every change; the ETag is its quoted value
 
 
+class SalesforceRecord(BaseModel):
+    """One record of the salesforce mode: its fields as sent (flat JSON scalars)."""
+
+    id: str
+    fields: dict[str, JsonValue]
+    created_at: str
+    updated_at: str
+
+
 class IdempotencyRecord(BaseModel):
     """The first answer given to an `Idempotency-Key`, replayed on reuse with the same body
     until the type's key TTL has passed since `stored_at_s` (epoch seconds; a record saved
@@ -58,10 +67,12 @@ class CallbackCompletion(BaseModel):
 
 
 class SandboxState(BaseModel):
-    """Objects, id counter, idempotency records, ledger and callbacks: what persistence saves."""
+    """Objects (records in the salesforce mode), id counter, idempotency records, ledger and
+    callbacks: what persistence saves."""
 
     next_id: int
     objects: dict[str, dict[str, StoredObject]] = Field(default_factory=dict)
+    records: dict[str, dict[str, SalesforceRecord]] = Field(default_factory=dict)
     idempotency: dict[str, dict[str, IdempotencyRecord]] = Field(default_factory=dict)
     ledger: list[LedgerEntry] = Field(default_factory=list)
     callbacks: list[CallbackCompletion] = Field(default_factory=list)

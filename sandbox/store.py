@@ -8,14 +8,9 @@ from pydantic import JsonValue
 
 from sandbox.config import ObjectTypeConfig, SandboxConfig
 from sandbox.holder import StateHolder, now_iso
+from sandbox.ledger import append_entry
 from sandbox.replies import Rejected, Reply, error, parse_json_object, sha256_hex
-from sandbox.state import (
-    IdempotencyRecord,
-    LedgerEntry,
-    LedgerKind,
-    SandboxState,
-    StoredObject,
-)
+from sandbox.state import IdempotencyRecord, LedgerKind, SandboxState, StoredObject
 
 Properties = dict[str, str | None]
 
@@ -231,21 +226,17 @@ class ObjectStore:
         key: str | None = None,
         replayed: bool = False,
     ) -> None:
-        ledger = self._holder.state.ledger
-        entry = LedgerEntry(
-            seq=len(ledger) + 1,
-            at=now_iso(),
-            kind=kind,
-            object_type=object_type,
-            object_id=object_id,
-            idempotency_key=key,
-            body_sha256=sha256_hex(raw),
-            unique_values=unique_values or {},
+        append_entry(
+            self._holder,
+            kind,
+            object_type,
+            object_id,
+            raw,
+            status,
+            unique_values,
+            key=key,
             replayed=replayed,
-            status=status,
         )
-        ledger.append(entry)
-        self._holder.commit()
 
 
 def etag(obj: StoredObject) -> str:
