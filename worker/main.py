@@ -92,11 +92,6 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
     apply_gc_policy(WORKER_YOUNG_THRESHOLD)
     configure_logging(settings)
     configure_tracing(settings, "connector-push-worker")
-    if not callback_targets:
-        log.warning(
-            "no workflow-action callback targets (CONNECTOR_PUSH_INGRESS_CONFIG unset or "
-            "naming none): must-complete actions stop without a completion (S-2)"
-        )
     stop = stop or _stop_on_signals()
     runtime = sdk_runtime(settings)
     try:
@@ -107,6 +102,11 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
         pool = await create_pool(settings.require_database_url(), min_size=2, max_size=20)
     except CONNECT_ERRORS as exc:
         raise DependencyUnavailable("postgres", exc) from exc
+    if not callback_targets:  # said once both dependencies answer: a refusal is one line
+        log.warning(
+            "no workflow-action callback targets (CONNECTOR_PUSH_INGRESS_CONFIG unset or "
+            "naming none): must-complete actions stop without a completion (S-2)"
+        )
     try:
         await ensure_search_attributes(client)
         await ensure_relay_schedule(client, settings.task_queue)
