@@ -15,6 +15,7 @@ from rich.table import Table
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
 from cli.errors import fail, load_settings, required_text
+from cli.pack_verify import AcceptUnverified, apply_checked, claim_options, verify_command
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
     from db import packs as q
@@ -97,14 +98,14 @@ def _print_apply(result: ApplyPackResult) -> None:
 
 
 async def _apply(
-    dsn: str, manifest: PackManifest, *, reinstall: bool, operator: str, reason: str
+    dsn: str, manifest: PackManifest, *, reinstall: bool, operator: str, reason: str, **claims: bool
 ) -> tuple[ApplyPackResult, dict[str, float]]:
     from protocol.rate_limit import budget_rates
-    from services.packs import active_manifests, apply_pack
+    from services.packs import active_manifests
 
     async with connect(dsn) as conn:
-        result = await apply_pack(
-            conn, manifest, reinstall=reinstall, operator=operator, reason=reason
+        result = await apply_checked(
+            conn, manifest, reinstall=reinstall, operator=operator, reason=reason, **claims
         )
         return result, budget_rates(await active_manifests(conn))
 
@@ -202,6 +203,7 @@ def apply_command(
     reason: Annotated[
         str, typer.Option("--reason", help="Why (recorded in the audit trail).")
     ] = "",
+    accept_unverified: AcceptUnverified = False,
 ) -> None:
     """Validate a manifest and make it the active install for its ConnectorOwnerKey."""
     import asyncio
@@ -223,9 +225,8 @@ def apply_command(
         return
     required_text("--operator", operator)
     settings = load_settings(RuntimeSettings)  # before the install: exit 5, nothing written
-    applied = _apply(
-        _dsn(database_url), manifest, reinstall=reinstall, operator=operator, reason=reason
-    )
+    claims, dsn = claim_options(settings, accept_unverified, reason), _dsn(database_url)
+    applied = _apply(dsn, manifest, reinstall=reinstall, operator=operator, reason=reason, **claims)
     result, rates = asyncio.run(applied)
     note = run_closing_temporal(_set_rate_limits(rates, settings))
     if as_json:
@@ -387,8 +388,9 @@ def list_command(
 
 
 def register(app: typer.Typer) -> None:
-    pack = typer.Typer(help="Pack manifests: apply, show, list.", no_args_is_help=True)
+    pack = typer.Typer(help="Pack manifests: apply, verify, show, list.", no_args_is_help=True)
     pack.command("apply")(apply_command)
+    pack.command("verify")(verify_command)
     pack.command("show")(show_command)
     pack.command("list")(list_command)
     app.add_typer(pack, name="pack")

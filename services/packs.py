@@ -21,7 +21,9 @@ from protocol.drift import INSTALL_REASONS, DriftSurface
 from protocol.errors import drift_reason
 from protocol.installable import check_installable
 from protocol.manifest import ManifestInvalid, PackManifest, parse_manifest
+from protocol.pack_claims import unverified_claim_problems
 from protocol.snapshots import manifest_digest
+from services.pack_verify import verifications_for
 
 # Manifest lineage entries name action slots (protocol/manifest.py checks them so).
 ACTION_SLOT: str = "action"
@@ -29,6 +31,14 @@ ACTION_SLOT: str = "action"
 
 class PackApplyConflict(Exception):
     """The active install changed under the owner-key lock (someone bypassed it)."""
+
+
+class ClaimsUnverified(ManifestInvalid):
+    """A profile's replay-safety or precondition claim was found not holding by `pack
+    verify` (or, in production, not found holding): nothing is written."""
+
+
+ACCEPT_FLAG: str = "--accept-unverified-claims"
 
 
 class ApplyOutcome(StrEnum):
@@ -133,6 +143,8 @@ async def apply_pack(
     reinstall: bool = False,
     operator: str | None = None,
     reason: str = "",
+    production: bool = False,
+    accept_unverified_claims: bool = False,
 ) -> ApplyPackResult:
     """Validate `document` and make it the owner key's active install, in one transaction.
 
@@ -144,6 +156,11 @@ async def apply_pack(
 
     With an `operator`, an install is also appended to the audit trail (OPS-2) in
     the same transaction; the CLI always passes one.
+
+    A profile whose replay-safety or precondition claim `pack verify` found not holding
+    for this digest (in `production`, also one never found holding) raises
+    `ClaimsUnverified`, unless `accept_unverified_claims`, which needs an operator and a
+    reason and is audited with the claims it accepted.
     """
     manifest = check_installable(
         document if isinstance(document, PackManifest) else parse_manifest(document)
@@ -160,6 +177,9 @@ async def apply_pack(
                 connector_owner_key=owner,
                 manifest_digest=digest,
             )
+        accepted = await _claims_gate(conn, manifest, production, accept_unverified_claims)
+        if accepted and (operator is None or not reason.strip()):
+            raise ClaimsUnverified((f"{ACCEPT_FLAG} needs an operator and a reason (audited)",))
         if current is not None and not await q.deactivate_install(conn, current.pack_install_id):
             raise PackApplyConflict(f"install {current.pack_install_id} stopped being active")
         previous = current.pack_install_id if current and not reinstall else None
@@ -178,7 +198,7 @@ async def apply_pack(
             await q.record_create_path_changes(conn, owner, changed, install)
         waiting = sum(await q.count_awaiting_revalidation(conn, owner, install, INSTALL_REASONS))
         if operator is not None:
-            entry = _audit_entry(operator, reason, reinstall, current, new)
+            entry = _audit_entry(operator, reason, reinstall, current, new, accepted)
             await audit_q.append(conn, entry)
     return ApplyPackResult(
         outcome=ApplyOutcome.INSTALLED,
@@ -196,12 +216,29 @@ async def apply_pack(
     )
 
 
+async def _claims_gate(
+    conn: Conn, manifest: PackManifest, production: bool, accept: bool
+) -> tuple[str, ...]:
+    """The unverified claims an install accepts (empty: none); raises `ClaimsUnverified`
+    when there are some and the operator did not accept them."""
+    verified = await verifications_for(conn, manifest)
+    problems = tuple(unverified_claim_problems(manifest, verified, production=production))
+    if problems and not accept:
+        hint = (
+            "run `connector-push pack verify PACK --profile NAME` against a test remote, "
+            f"or pass {ACCEPT_FLAG} with --reason (audited)"
+        )
+        raise ClaimsUnverified((*problems, hint))
+    return problems
+
+
 def _audit_entry(
     operator: str,
     reason: str,
     reinstall: bool,
     before: q.PackInstallRow | None,
     after: q.PackInstallRow,
+    accepted: tuple[str, ...] = (),
 ) -> AuditEntry:
     def state(row: q.PackInstallRow | None) -> JsonValue:
         if row is None:
@@ -215,10 +252,15 @@ def _audit_entry(
         operator=operator,
         reason=reason,
         command=AuditCommand.PACK_APPLY,
-        arguments={"connector_owner_key": after.connector_owner_key, "reinstall": reinstall},
+        arguments={
+            "connector_owner_key": after.connector_owner_key,
+            "reinstall": reinstall,
+            **({"accepted_unverified_claims": list(accepted)} if accepted else {}),
+        },
         state_before=state(before),
         state_after=state(after),
-        outcome="reinstalled (new incarnation)" if reinstall else "installed",
+        outcome=("reinstalled (new incarnation)" if reinstall else "installed")
+        + (f"; {len(accepted)} unverified claim(s) accepted by the operator" if accepted else ""),
     )
 
 

@@ -28,6 +28,9 @@ from protocol.retention import (
 MAX_CACHED_WORKFLOWS: Final = 500
 
 OtelExporter = Literal["none", "console", "otlp"]
+# Which kind of deployment reads these settings; in `production`, `pack apply` refuses a
+# profile whose replay-safety or precondition claim `pack verify` never found holding.
+DeploymentProfile = Literal["development", "production"]
 
 
 class RuntimeSettings(BaseSettings):
@@ -71,6 +74,8 @@ class RuntimeSettings(BaseSettings):
     max_cached_workflows: int = Field(default=MAX_CACHED_WORKFLOWS, ge=0)
     log_level: str = "INFO"
     log_json: bool = True
+    # CONNECTOR_PUSH_DEPLOYMENT_PROFILE; development unless the deployment says otherwise.
+    deployment_profile: DeploymentProfile = "development"
     # OPS-3: an age such as `30d` turns on the worker's daily prune; off when unset.
     prune_older_than: str | None = None
     prune_keep_patches: int = Field(default=DEFAULT_KEEP_PATCHES, ge=0)

@@ -19,6 +19,7 @@ APPEND_ONLY = frozenset(
         "connector_link_revalidation_receipt",
         "connector_send_journal",
         "connector_remote_deletion",
+        "connector_pack_verification",  # `pack verify` results (0270)
     }
 )
 INBOX = frozenset({"connector_event", "ingress_receipt", "workflow_action_execution"})

@@ -1,0 +1,143 @@
+"""`connector-push pack verify PACK --profile NAME`: a profile's claims probed on a test
+account, the findings kept with the pack's digest for `pack apply` (SPEC §14.2, G-1)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
+from cli.database import resolve_dsn as _dsn
+from cli.errors import EXIT_FAILED, required_text
+
+if TYPE_CHECKING:
+    from db.records import Conn
+    from protocol.manifest import PackManifest
+    from services.pack_verify import VerifyReport
+    from services.packs import ApplyPackResult
+    from worker.settings import RuntimeSettings
+
+SECRET_PREFIX: Final = "CONNECTOR_PUSH_CREDENTIAL_"
+
+# `pack apply`'s explicit, audited override of what `pack verify` found (or never found).
+AcceptUnverified = Annotated[
+    bool,
+    typer.Option(
+        "--accept-unverified-claims",
+        help="Install although `pack verify` found a profile's idempotency.post or "
+        "precondition claim not holding (or, in production, never verified); needs "
+        "--reason; audited with the claims accepted.",
+    ),
+]
+
+
+def claim_options(settings: RuntimeSettings, accept: bool, reason: str) -> dict[str, bool]:
+    """`apply_pack`'s claim arguments: production from the deployment's settings, and the
+    override, which needs a reason (it is audited)."""
+    if accept:
+        required_text("--reason (with --accept-unverified-claims)", reason)
+    production = settings.deployment_profile == "production"
+    return {"production": production, "accept_unverified_claims": accept}
+
+
+async def apply_checked(conn: Conn, manifest: PackManifest, **options: Any) -> ApplyPackResult:
+    """`apply_pack`; a profile refused for its claims exits 2 naming them (nothing written)."""
+    from services.packs import ClaimsUnverified, apply_pack
+
+    try:
+        return await apply_pack(conn, manifest, **options)
+    except ClaimsUnverified as exc:
+        bad_input(f"pack not applied (nothing written): {exc}")
+
+
+def secret_variable(credential_ref: str) -> str:
+    """The variable the worker's transport reads the reference's secret from."""
+    return SECRET_PREFIX + re.sub(r"[^A-Z0-9]", "_", credential_ref.upper())
+
+
+async def _verify(
+    dsn: str, manifest: PackManifest, profile: str, credential: str | None, operator: str
+) -> VerifyReport:
+    import httpx
+
+    from services.pack_verify import store_report, verify_profile
+    from worker.runtime import tls_context
+
+    async with (
+        httpx.AsyncClient(timeout=10.0, verify=tls_context()) as http,
+        connect(dsn) as conn,  # reachable before any object is created
+    ):
+        report = await verify_profile(http, manifest, profile, credential)
+        await store_report(conn, report, operator)
+    return report
+
+
+def _print(report: VerifyReport) -> None:
+    console = Console(highlight=False)
+    console.print(
+        f"profile {escape(report.profile)} of pack {report.manifest_digest[:12]}: probed "
+        f"{escape(report.target_object)} (action slot {escape(report.action_slot)}) at "
+        f"{escape(report.base_url)}"
+    )
+    table = Table(title="claims", title_justify="left")
+    for column in ("claim", "finding", "evidence"):
+        table.add_column(column, overflow="fold")
+    for r in report.results:
+        table.add_row(escape(r.claim.value), escape(r.finding.value), escape(r.evidence))
+    console.print(table)
+    console.print(f"cleaned up: {len(report.deleted)} throw-away object(s) deleted")
+    if report.not_deleted:
+        kept = escape(", ".join(report.not_deleted))
+        console.print(f"NOT deleted (delete them by hand): {kept}")
+
+
+def verify_command(
+    file: Annotated[Path, typer.Argument(help="Pack manifest (YAML or JSON).", show_default=False)],
+    profile: Annotated[
+        str,
+        typer.Option("--profile", help="The profile whose claims to probe.", show_default=False),
+    ],
+    database_url: DatabaseUrl = None,
+    as_json: AsJson = False,
+    operator: Annotated[
+        str, typer.Option("--operator", help="Who verifies (stored with the findings).")
+    ] = os.environ.get("USER", "operator"),
+) -> None:
+    """Probe a profile's claims on a TEST account with throw-away objects (deleted after).
+
+    Sends to the profile's baseUrl with the secret of its credentialRef
+    (CONNECTOR_PUSH_CREDENTIAL_<REF>): point them at a test account, never production
+    data. Each claim is reported holds / does_not_hold / not_tested with its evidence,
+    and kept with the pack's digest: `pack apply` refuses a profile whose idempotency.post
+    or precondition claim does not hold. Exit 1 when a claim does not hold.
+    """
+    import asyncio
+
+    from cli.pack_cmd import validate_manifest_file
+    from protocol.pack_claims import Finding
+    from services.pack_verify import VerifyError, target_of
+
+    required_text("--operator", operator)
+    manifest = validate_manifest_file(file)
+    try:
+        target = target_of(manifest, profile)
+    except VerifyError as exc:
+        bad_input(f"{file}: {exc}")
+    credential = os.environ.get(secret_variable(target.profile.credential_ref)) or None
+    if credential is None:
+        variable = secret_variable(target.profile.credential_ref)
+        bad_input(f"credential {target.profile.credential_ref}: set {variable} (nothing sent)")
+    report = asyncio.run(_verify(_dsn(database_url), manifest, profile, credential, operator))
+    if as_json:
+        echo_json(report.model_dump(mode="json"))
+    else:
+        _print(report)
+    if any(r.finding is Finding.DOES_NOT_HOLD for r in report.results):
+        raise typer.Exit(EXIT_FAILED)
