@@ -26,6 +26,8 @@ def report(outcome: Outcome) -> str:
     lines.append(f"end states: {outcome.end_states}  settled: {outcome.settled}")
     lines.append(f"traffic: {outcome.traffic}")
     lines.append(f"operator: {outcome.operator}")
+    lines.append(f"side paths: {outcome.side_paths}")
+    lines.append(f"side path answers: {outcome.side_path_answers}")
     kinds = Counter(str(v["kind"]) for v in outcome.violations)
     lines.append(f"violations: {len(outcome.violations)} {dict(kinds)}")
     for kind in kinds:

@@ -19,6 +19,9 @@ from bench.chaos.checker import Final, Verdict, check, classify, listed_parked, 
 from bench.chaos.config import ChaosConfig
 from bench.chaos.evidence import Evidence, build_evidence, read_rows
 from bench.chaos.faults import FaultTally, ProcessFaults, SandboxFaults
+from bench.chaos.gate_check import read_history, side_checks
+from bench.chaos.sampler import Sampler
+from bench.chaos.side_paths import SIDE_PATHS, SidePaths
 from bench.chaos.stack import ChaosStack, chaos_stack
 from bench.chaos.world import World
 from db.pool import create_pool
@@ -44,6 +47,8 @@ class Outcome:
     traffic: dict[str, int] = field(default_factory=dict)
     operator: dict[str, int] = field(default_factory=dict)
     operator_failures: list[str] = field(default_factory=list)
+    side_paths: dict[str, int] = field(default_factory=dict)
+    side_path_answers: dict[str, int] = field(default_factory=dict)
     logs: str | None = None
 
     def as_json(self) -> dict[str, object]:
@@ -58,6 +63,8 @@ class Outcome:
             "traffic": self.traffic,
             "operator": self.operator,
             "operator_failures": self.operator_failures,
+            "side_paths": self.side_paths,
+            "side_path_answers": self.side_path_answers,
             "logs": self.logs,
         }
 
@@ -71,10 +78,29 @@ async def snapshot(stack: ChaosStack) -> Evidence:
     return build_evidence(ledger, await read_rows(stack.dsn), objects)
 
 
+@dataclass
+class Observers:
+    """The side-path actors and the evidence sampler, made with the chaos phase."""
+
+    sampler: Sampler
+    side: SidePaths | None = None
+
+    def side_paths(self, tally: FaultTally) -> dict[str, int]:
+        counts = dict(self.side.counts) if self.side else {}
+        counts["slow_answer"] = tally.counts["drip_after_effect"]
+        return {path: counts.get(path, 0) for path in SIDE_PATHS}
+
+
 async def _chaos_phase(
-    cfg: ChaosConfig, stack: ChaosStack, traffic: Traffic, operator: Operator, tally: FaultTally
+    cfg: ChaosConfig,
+    stack: ChaosStack,
+    actors: tuple[Traffic, Operator, Observers],
+    tally: FaultTally,
 ) -> None:
+    traffic, operator, observers = actors
     sandbox_faults = SandboxFaults(stack, random.Random(f"{cfg.seed}:sandbox"), tally)
+    side = SidePaths(traffic, sandbox_faults, random.Random(f"{cfg.seed}:side"))
+    observers.side = side
     process = ProcessFaults(stack, random.Random(f"{cfg.seed}:process"), tally, sandbox_faults)
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -89,6 +115,8 @@ async def _chaos_phase(
             process.restarts(until, long_outages),
             process.revive_workers(until),
             operator.run(until),
+            side.run(until),
+            observers.sampler.run(until),
         )
         await sandbox_faults.off()
     finally:
@@ -162,14 +190,22 @@ async def run_campaign(cfg: ChaosConfig) -> Outcome:
             client = await stack.connect()
             traffic = Traffic(stack, world, random.Random(f"{cfg.seed}:traffic"), pool, client)
             operator = Operator(stack)
+            observers = Observers(Sampler(stack.dsn))
             log.info("stack up in %s; injecting faults for %.0f s", root, cfg.seconds)
-            await _chaos_phase(cfg, stack, traffic, operator, tally)
+            await _chaos_phase(cfg, stack, (traffic, operator, observers), tally)
             log.info("faults off; settling (at most %.0f s)", cfg.settle_seconds)
             actors = (traffic, operator)
             ev, verdicts, listed, done = await _settle(cfg, stack, world, client, actors)
+            await observers.sampler.sample()  # the settled state, against the last sample
+            history = await read_history(stack.dsn)
         finally:
             await pool.close()
-        violations = check(ev, verdicts, listed, traffic.saves)
+        parked = [k for k, v in verdicts.items() if v.state is Final.PARKED]
+        violations = [
+            *check(ev, verdicts, listed, traffic.saves),
+            *side_checks(ev, history, parked),
+            *observers.sampler.found(),
+        ]
     outcome = Outcome(
         seed=cfg.seed,
         seconds=cfg.seconds,
@@ -180,6 +216,8 @@ async def run_campaign(cfg: ChaosConfig) -> Outcome:
         traffic=dict(sorted(traffic.stats.items())),
         operator=dict(sorted(operator.stats.items())),
         operator_failures=operator.last_failures[-20:],
+        side_paths=observers.side_paths(tally),
+        side_path_answers=dict(sorted(observers.side.answers.items())) if observers.side else {},
     )
     if violations:
         outcome.logs = str(root)  # kept for the post-mortem

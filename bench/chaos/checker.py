@@ -39,6 +39,16 @@ RULES = {
     "finalized_on_foreign_object": "POST-2: a link's remote id is an object its attempts created",
     "mirror_mismatch": "POST-2: the record's mirror holds the link's remote id",
     "false_remote_conflict": "PROF-2: a 412 on our own re-sent PATCH is read back, not a conflict",
+    # The side paths' invariants (gate_check.py, sampler.py).
+    "sent_past_fail_closed": "G-1, C-4, C-5, G-5: no request is sent that the gate, "
+    "recomputed from the pack history and the journal, refuses",
+    "two_creators_one_destination": "G-2: one record owns at most one remote object per remote "
+    "destination across action slots not declared separate",
+    "evidence_deleted": "G-3: no attempt row, unfinished PATCH or journal row of either "
+    "is ever deleted",
+    "parked_without_exit": "G-6, C-9: a parked link's remedy names an action the guards accept",
+    "finalized_under_missing_slot": "C-9, G-4: no link is finalized under a slot the active "
+    "pack lacks",
 }
 PARKED_QUERY = 'NeedsOperator = true AND ExecutionStatus = "Running"'
 PARKED_ATTEMPT = {"ambiguous_remote_effect", "terminal_failed"}

@@ -35,6 +35,7 @@ RULE_KINDS = {
     "status_5xx": 3,
     "status_429": 3,
     "latency": 1,
+    "drip_after_effect": 3,  # the `slow_answer` side path
 }
 CYCLE_S = 4.0  # sandbox rules are re-drawn this often
 RULES_PER_CYCLE = 10
@@ -69,6 +70,11 @@ def draw_rule(rng: random.Random, kind: str, probability: float) -> FaultRuleSpe
             # Past the product's HTTP timeout (10 s) the client gives up; shorter hangs reset.
             hang_ms = rng.choice([1500, 4000, 12_000])
             return FaultRuleSpec(**base, action="hang_after_effect", hang_ms=hang_ms)
+        case "drip_after_effect":
+            # Applied, then the answer's body a byte every drip_ms: a slow, healthy remote
+            # whose whole answer may outlast the request's deadline (G-7).
+            drip_ms = rng.choice([20, 150, 600])
+            return FaultRuleSpec(**base, action="drip_after_effect", drip_ms=drip_ms)
         case "latency":
             return FaultRuleSpec(**base, action="delay_ms", delay_ms=rng.randint(100, 1500))
         case _:

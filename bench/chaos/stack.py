@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,30 +21,20 @@ from typing import IO
 
 import asyncpg
 import httpx
-import yaml
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bench.stack import EXAMPLES
+from bench.chaos.packs import apply_legacy, campaign_manifest
 from cli.stack.devconfig import load_dev_config
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import free_ports, stop_process
 from cli.stack.temporal import TemporalDevServer
 from db.migrate import apply_migrations
-from services.packs import apply_pack
 
 DATABASE = "chaos"
 TASK_QUEUE = "connector-push"
 START_TIMEOUT_S = 60.0
 SANDBOX_CONFIG = Path(__file__).with_name("sandbox.yaml")
-
-
-def demo_manifest(sandbox_url: str) -> dict[str, object]:
-    """examples/demo-pack.yaml with every profile pointed at this campaign's sandbox."""
-    text = (EXAMPLES / "demo-pack.yaml").read_text()
-    text = re.sub(r"baseUrl: http://127\.0\.0\.1:\d+", f"baseUrl: {sandbox_url}", text)
-    manifest: dict[str, object] = yaml.safe_load(text)
-    return manifest
 
 
 def _answers(url: str) -> bool:
@@ -201,7 +190,7 @@ async def _create_database(pg: EmbeddedPostgres, sandbox_url: str) -> str:
     await apply_migrations(dsn)
     conn = await asyncpg.connect(dsn)
     try:
-        await apply_pack(conn, demo_manifest(sandbox_url))
+        await apply_legacy(conn, campaign_manifest(sandbox_url), reason="chaos campaign")
     finally:
         await conn.close()
     return dsn

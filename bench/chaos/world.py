@@ -55,6 +55,16 @@ DEALS = Profile(
     ("Name", "Amount"),
 )
 PROFILES = (CONTACTS, COMPANIES, DEALS)
+# The campaign pack's second creator of Contact records at the contacts' destination
+# (bench/chaos/packs.py): saved by the `two_slot_save` actor only, at once with CONTACTS.
+CONTACTS_B = Profile(
+    "sandbox-idempotent",
+    "push-contact-b",
+    "remote-contacts",
+    "Contact",
+    "c",
+    CONTACTS.fields,
+)
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,7 @@ class World:
     def fields(self, record: Record) -> dict[str, object]:
         """The record's current field values (a function of its id and revision)."""
         n, rev = record.record_id, self._revision.get(record, 0)
-        if record.profile is CONTACTS:
+        if record.profile.source_object == CONTACTS.source_object:
             return {
                 "FirstName": f"First{rev}",
                 "LastName": f"Chaos {n}",
@@ -162,6 +172,10 @@ class World:
 
     def record(self, link_key: str) -> Record:
         return next(r for pool in self.records.values() for r in pool if r.link_key == link_key)
+
+    def second_slot(self, record: Record) -> Record:
+        """The same Contact record under the second contact slot."""
+        return Record(CONTACTS_B, record.record_id)
 
     def dependency(self, link_key: str) -> str | None:
         """The link key a company's create waits on (its primary contact's), if any."""

@@ -1,0 +1,161 @@
+"""The side-path actors: configuration changes, two creators, prune, revalidation and
+expiring keys while creates and PATCHes are in flight (SPEC §17; the `slow_answer`
+path is a sandbox fault rule, faults.py).
+
+Each counts what it did under `side_paths` in the campaign's JSON; what the product
+answered is kept apart (`side_path_answers`), since a refusal is often the right answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from bench.chaos.actors import OPERATOR, Traffic, run_cli
+from bench.chaos.faults import SandboxFaults
+from bench.chaos.packs import (
+    KEY_RETENTION_S,
+    VARIANTS,
+    Manifest,
+    apply_legacy,
+    campaign_manifest,
+    variant,
+)
+from bench.chaos.world import CONTACTS, OWNER
+from sandbox.faults import FaultRuleSpec
+
+SIDE_PATHS = (
+    "pack_apply",
+    "two_slot_save",
+    "prune",
+    "revalidate_owner",
+    "key_expired_resend",
+    "slow_answer",
+)
+PRUNE_AGE_S = 30  # `prune --older-than`: longer than the sampler's gap (sampler.py)
+CONTACTS_POST = "/crm/v3/objects/contacts"
+SUSPENDED_SQL = """
+SELECT link_key FROM connector_remote_link WHERE status = 'suspended_drift'
+ORDER BY random() LIMIT $1
+"""
+
+
+@dataclass
+class SidePaths:
+    """One seeded loop per side path, all for the chaos phase's duration."""
+
+    traffic: Traffic
+    sandbox_faults: SandboxFaults
+    rng: random.Random
+    counts: Counter[str] = field(default_factory=Counter)
+    answers: Counter[str] = field(default_factory=Counter)
+    _episode: int = 0
+
+    @property
+    def base(self) -> Manifest:
+        return campaign_manifest(self.traffic.stack.sandbox.url)
+
+    async def run(self, until: float) -> None:
+        await asyncio.gather(
+            self._every(until, (15, 30), self.pack_episode),
+            self._every(until, (2, 5), self.two_slot_save),
+            self._every(until, (15, 25), self.prune),
+            self._every(until, (25, 40), self.key_expired_resend),
+        )
+
+    async def _every(
+        self, until: float, gap: tuple[float, float], step: Callable[[], Awaitable[None]]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until:
+            await asyncio.sleep(self.rng.uniform(*gap))
+            try:
+                await step()
+            except Exception as error:  # the campaign outlives any one action
+                self.answers[f"error_{type(error).__name__}"] += 1
+
+    async def _apply(self, manifest: Manifest, reinstall: bool, what: str) -> None:
+        pool: asyncpg.Pool = self.traffic.pool
+        async with pool.acquire() as conn:
+            result = await apply_legacy(conn, manifest, reinstall=reinstall, reason=what)
+        self.counts["pack_apply"] += 1
+        self.answers[f"pack_apply_{what}_{result.outcome.value}"] += 1
+
+    async def pack_episode(self) -> None:
+        """One surface changed while creates and PATCHes are in flight, then the base pack
+        again (a removed slot recreated); revalidation before or after the restore."""
+        name = self.rng.choice(VARIANTS)
+        changed, reinstall = variant(self.base, name)
+        await self._apply(changed, reinstall, name)
+        early = self.rng.random() < 0.5
+        await asyncio.sleep(self.rng.uniform(3, 10))
+        if early:  # with the change still active: a removed slot must stay suspended (G-4)
+            await self.revalidate()
+        await self._apply(self.base, False, "restore")
+        await asyncio.sleep(self.rng.uniform(1, 4))
+        await self.revalidate()
+
+    async def revalidate(self) -> None:
+        """`revalidate owner` for the whole owner, then `revalidate-link` on a suspended link."""
+        self._episode += 1
+        code, _, _ = await run_cli(
+            self.traffic.stack,
+            *("revalidate", "owner", "--owner-key", OWNER, "--approved-by", OPERATOR),
+            *("--approval-reference", f"CHAOS-{self._episode}", "--reason", "chaos campaign"),
+            *("--include-mapping-changes", "--json"),
+        )
+        self.counts["revalidate_owner"] += 1
+        self.answers[f"revalidate_owner_exit_{code}"] += 1
+        async with self.traffic.pool.acquire() as conn:
+            keys = [r["link_key"] for r in await conn.fetch(SUSPENDED_SQL, 2)]
+        for key in keys:
+            code, _, _ = await run_cli(
+                self.traffic.stack,
+                *("revalidate-link", key, "--operator", OPERATOR, "--reason", "chaos", "--json"),
+            )
+            self.counts["revalidate_owner"] += 1
+            self.answers[f"revalidate_link_exit_{code}"] += 1
+
+    async def two_slot_save(self) -> None:
+        """One Contact record saved under both contact slots at once (G-2)."""
+        world = self.traffic.world
+        record = self.rng.choice(world.records[CONTACTS])
+        await asyncio.gather(
+            self.traffic.save(record, cli=False),
+            self.traffic.save(world.second_slot(record), cli=False),
+        )
+        self.counts["two_slot_save"] += 1
+
+    async def prune(self) -> None:
+        code, _, _ = await run_cli(
+            self.traffic.stack,
+            *("prune", "--older-than", f"{PRUNE_AGE_S}s", "--keep-patches", "1"),
+            *("--operator", OPERATOR, "--reason", "chaos campaign", "--json"),
+        )
+        self.counts["prune"] += 1
+        self.answers[f"prune_exit_{code}"] += 1
+
+    async def key_expired_resend(self) -> None:
+        """Contact creates land and lose their answer, then the remote is away for longer
+        than the key retention: each re-send would meet a forgotten key (G-5)."""
+        faults = self.sandbox_faults
+        stack = self.traffic.stack
+        async with faults.lock:
+            if not stack.sandbox.up:
+                return
+            await faults.harvest()
+            rule = FaultRuleSpec(
+                method="POST", path=CONTACTS_POST, probability=0.6, action="reset_after_effect"
+            )
+            await faults.arm([rule])
+            await asyncio.sleep(self.rng.uniform(2, 4))
+            await faults.harvest()
+            stack.sandbox.kill()
+            await asyncio.sleep(KEY_RETENTION_S + self.rng.uniform(2, 6))
+            await asyncio.to_thread(stack.sandbox.start)
+        self.counts["key_expired_resend"] += 1
