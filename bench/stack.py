@@ -83,10 +83,9 @@ def _postmaster_pid(pg: EmbeddedPostgres) -> int:
 
 
 @contextmanager
-def _sandbox_process(port: int, log: Path) -> Iterator[tuple[str, int]]:
+def _sandbox_process(port: int, log: Path, config: Path) -> Iterator[tuple[str, int]]:
     """The sandbox in its own process, so it does not share the worker's interpreter lock
     (in a thread it would slow the product and flatter the floor)."""
-    config = EXAMPLES / "sandbox.yaml"
     args = ["sandbox", "--host", "127.0.0.1", "--port", str(port), "--config", str(config)]
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -112,9 +111,12 @@ def _answers(url: str) -> bool:
 
 
 @asynccontextmanager
-async def bench_stack(n: int, rate_limited: bool = True) -> AsyncIterator[BenchStack]:
+async def bench_stack(
+    n: int, rate_limited: bool = True, sandbox_config: Path = EXAMPLES / "sandbox.yaml"
+) -> AsyncIterator[BenchStack]:
     """`rate_limited=False` drops the demo pack's remote budgets (PROF-3), for a bench
-    that measures something other than the remote's pace."""
+    that measures something other than the remote's pace; `sandbox_config` picks the
+    sandbox's mode (P6 runs against the hubspot mode's strict limiter)."""
     dev = load_dev_config()
     with tempfile.TemporaryDirectory(prefix="cp-bench-") as tmp:
         root = Path(tmp)
@@ -131,7 +133,8 @@ async def bench_stack(n: int, rate_limited: bool = True) -> AsyncIterator[BenchS
         pg.start()
         temporal.start()
         try:
-            with _sandbox_process(sandbox_port, root / "sandbox.log") as (sandbox_url, sandbox_pid):
+            sandbox = _sandbox_process(sandbox_port, root / "sandbox.log", sandbox_config)
+            with sandbox as (sandbox_url, sandbox_pid):
                 admin = await asyncpg.connect(pg.dsn("postgres"))
                 await admin.execute(f'CREATE DATABASE "{DATABASE}"')
                 await admin.close()

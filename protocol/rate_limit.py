@@ -16,10 +16,16 @@ the numbers, so they are pure and tested without a server:
   in arrival order whatever their priority (measured: a single save queued behind 30
   bulk tasks of its key went last), so a single save needs a key with no queue.
 - A slot reserved in Postgres (`db.budget_pace`, a GCRA shared by every worker) caps
-  the two keys together at the declared rate: each remote activity waits for its slot
+  the two keys together at the paced rate: each remote activity waits for its slot
   before it sends. A slot is reserved before the send, so a worker's death can only
-  leave a slot unused. An idle budget may catch up `PACE_TOLERANCE_S` of its rate at
-  once (a tenth of a 10 s window), which the remote's window absorbs.
+  leave a slot unused. An idle budget catches up nothing (`CATCH_UP_S`).
+
+NF-8': a remote's limiter may have no tolerance (HubSpot's counts every request of a
+rolling 10 s window), so no window of requests *sent* may exceed the declared limit.
+Slots are paced one interval of margin apart per window: L requests take W + W/L, so
+any window of W holds at most L slots (floor(L²/(L+1)) + 1 = L) and a send up to about
+one interval late still keeps it there; the cost is L/(L+1) of the rate (0.95 at 20
+per 10 s, 0.99 at 100, 0.995 at 190).
 
 The earlier rule (Temporal alone, 20 requests of every window kept unused for its
 limiter's run-ahead) spent 80% of a 100/10 s limit and half of a 20/10 s one.
@@ -37,14 +43,15 @@ from protocol.manifest import PackManifest, RateLimit
 
 BUDGET_KEY_PREFIX: Final = "rb1_"
 BUDGET_KEY_DOMAIN: Final = b"connector-push/remote-budget/v1\x00"
-# The share of a declared rate a budget is paced at (see the module's docstring).
-PACE: Final = 1.0
 # How much faster than its slots Temporal dispatches a budget's activities: what runs
 # ahead waits for its slot, or past BULK_MAX_PACE_WAIT_S in a workflow timer (two more
 # billed actions). Measured at 20 per 10 s, two workers, load 7-9 on 2 cores: 1.0 gave
 # 0.94 of the limit, 1.05 gave 0.93 (the machine, not the pacing, decided both).
 DISPATCH_AHEAD: Final = 1.0
-# An idle budget's catch-up (seconds of its rate sent at once), and the longest a remote
+# An idle budget's catch-up (seconds of its rate sent at once): none, since a strict
+# limiter counts a burst after idle against the window it lands in (NF-8').
+CATCH_UP_S: Final = 0.0
+# How late a sender may wake for its slot and still send, and the longest a remote
 # activity waits for its slot (it has 30 s, the HTTP request up to 10): a longer wait is
 # spent in a workflow timer instead, without a slot, and the step is tried again. A bulk
 # step reserves no further ahead than BULK_MAX_PACE_WAIT_S, so what Temporal's limiter
@@ -77,8 +84,9 @@ def budget_key(remote_scope: str, credential_ref: str) -> str:
 
 
 def paced_per_second(limit: RateLimit) -> float:
-    """The rate a declared limit is paced at (requests/s): the declared rate itself."""
-    return limit.per_second * PACE
+    """The rate a declared limit is paced at (requests/s): L requests per W + W/L, so no
+    window of W holds more than L sends (NF-8', the module's docstring)."""
+    return limit.per_second * limit.requests / (limit.requests + 1)
 
 
 def remote_priority_key(bulk: bool) -> int:

@@ -32,8 +32,8 @@ from db.notify import PACKS_CHANGED_CHANNEL, database_key, listening
 from db.rate_limits import select_link_budget_row
 from db.records import Conn
 from protocol.rate_limit import (
+    CATCH_UP_S,
     MAX_SLOTS_MISSED,
-    PACE_TOLERANCE_S,
     RemoteBudgetResult,
     budget_key,
     budget_rates,
@@ -242,7 +242,7 @@ async def reserve_pace(
     while True:
         async with pool.acquire() as conn:
             reserved, wait = await reserve_slot(
-                conn, slot.budget_key, slot.interval_s, PACE_TOLERANCE_S, slot.max_wait_s
+                conn, slot.budget_key, slot.interval_s, CATCH_UP_S, slot.max_wait_s
             )
         if not reserved:
             return max(1.0, wait - slot.max_wait_s / 2)  # back with a slot in reach
