@@ -1,11 +1,13 @@
-"""Daily request quotas (issue 33 item 3, SPEC NF-8): how much of a remote's daily quota a
-budget may spend today, and when the day ends.
+"""Daily request quotas (issue 33 item 3, SPEC NF-8, PROF-5): how much of a remote's daily
+quota a budget may spend today, and when a spent or refused day ends.
 
-A profile's `rateLimit` may declare the remote's `dailyQuota` (requests per day), the
+A profile's `rateLimit` may declare the remote's `dailyQuota` (requests per day) and the
 `dailyShare` of it this product may spend (the customer's other integrations spend the
-rest) and the time zone whose midnight resets it (`dailyResetTimeZone`, HubSpot: the
-account's; default UTC). A budget (one credential on one remote scope, PROF-3) gets the
-smallest allowance any profile spending it declares. The counter is Postgres's
+rest). How the remote says its daily allocation is spent, and when it frees, is the
+profile's `dailyLimit` (PROF-5): an answer (status, optionally a body field and value)
+and a reset rule, a calendar day in a time zone or a rolling window of hours. The runtime
+knows no remote's answer or reset. A budget (one credential on one remote scope, PROF-3)
+gets the smallest allowance any profile spending it declares. The counter is Postgres's
 (`db.daily_quota`); these functions decide only the numbers and take `now` from the
 caller, so they are pure and tested without a clock.
 """
@@ -14,22 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Final
+from typing import Final
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict
 
 from protocol.manifest import (
     DEFAULT_DAILY_RESET_TIME_ZONE,
+    DailyReset,
     PackManifest,
-    RateLimit,
+    Profile,
     daily_allowance,
 )
-from protocol.outcome import parse_json
-from protocol.rate_limit import declared_limits
+from protocol.rate_limit import budget_key
 
-# HubSpot's 429 body names the policy it enforced; its daily limit is `DAILY`.
-DAILY_POLICY_NAMES: Final = frozenset({"DAILY"})
 # A waiting run re-checks this long after the reset, so a worker whose clock runs a little
 # behind the one that counted the day does not find the old day still spent.
 RESET_MARGIN_S: Final = 1.0
@@ -49,11 +49,17 @@ class DailyQuota(BaseModel):
         return daily_allowance(self.quota, self.share)
 
 
-def quota_of(limit: RateLimit) -> DailyQuota | None:
-    if limit.daily_quota is None:
+def quota_of(profile: Profile) -> DailyQuota | None:
+    """The profile's counted daily quota; its day is the declared reset's calendar day
+    (`dailyLimit.reset.timeZone`, else `rateLimit.dailyResetTimeZone`)."""
+    limit = profile.rate_limit
+    if limit is None or limit.daily_quota is None:
         return None
+    declared = profile.daily_limit.reset.time_zone if profile.daily_limit else None
     return DailyQuota(
-        quota=limit.daily_quota, share=limit.daily_share, time_zone=limit.daily_reset_time_zone
+        quota=limit.daily_quota,
+        share=limit.daily_share,
+        time_zone=declared or limit.daily_reset_time_zone,
     )
 
 
@@ -76,26 +82,30 @@ def wait_seconds(now: datetime, resets_at: datetime, recheck_s: float | None = N
     return wanted if recheck_s is None else min(wanted, recheck_s)
 
 
+def refusal_resets_at(now: datetime, reset: DailyReset | None) -> datetime:
+    """When a day the remote refused (PROF-5) frees: the next midnight of a calendar
+    reset's zone, or a whole rolling window after the refusal (every request it counted
+    has aged out by then). None (no rule frozen): the next UTC midnight."""
+    if reset is not None and reset.rolling_hours is not None:
+        return now + timedelta(hours=reset.rolling_hours)
+    zone = reset.time_zone if reset is not None else None
+    return next_reset(now, zone or DEFAULT_DAILY_RESET_TIME_ZONE)
+
+
 def budget_quotas(manifests: Iterable[PackManifest]) -> dict[str, DailyQuota]:
     """Every budget's daily quota, the smallest allowance where profiles differ."""
     quotas: dict[str, DailyQuota] = {}
-    for key, limit in declared_limits(manifests):
-        quota = quota_of(limit)
-        known = quotas.get(key)
-        if quota is not None and (known is None or quota.allowance < known.allowance):
-            quotas[key] = quota
+    for manifest in manifests:
+        for destination in manifest.destination_slots:
+            profile = manifest.profile(destination.profile)
+            quota = quota_of(profile) if profile is not None else None
+            if quota is None or profile is None:
+                continue
+            key = budget_key(destination.remote_scope, profile.credential_ref)
+            known = quotas.get(key)
+            if known is None or quota.allowance < known.allowance:
+                quotas[key] = quota
     return quotas
-
-
-def names_daily_policy(status: int | None, body: bytes | None) -> bool:
-    """A 429 whose body names the remote's daily limit (`policyName`), not its burst window."""
-    if status != 429:
-        return False
-    parsed: JsonValue | None = parse_json(body)
-    if not isinstance(parsed, dict):
-        return False
-    policy: Any = parsed.get("policyName")
-    return isinstance(policy, str) and policy.upper() in DAILY_POLICY_NAMES
 
 
 def waiting_detail(resets_at: datetime) -> str:

@@ -113,6 +113,9 @@ MATRIX: Final[dict[DriftSurface, tuple[Disposition, Disposition]]] = {
     # link's remote id belongs to the old scope, and the frozen create was bound to it.
     S.REMOTE_SCOPE: (X, X),
     S.IDEMPOTENCY_SUPPORT: (B, F),
+    # Every frozen profile declaration without a row of its own, among them PROF-1's
+    # `notAppliedStatuses`/`notAppliedAnswers` and PROF-5's `dailyLimit` (how an answer is
+    # read: a link re-frozen by revalidation; an attempt keeps the contract it froze).
     S.PROFILE_PAYLOAD: (X, F),
 }
 

@@ -165,12 +165,73 @@ class Readback(PackModel):
     path: UpdatePath | None = None
 
 
+def _without_none(data: Any, names: tuple[str, ...]) -> Any:
+    """A dump without undeclared (None) optional fields: a stored install's digests stand."""
+    if isinstance(data, dict):
+        for name in names:
+            if data.get(name, ...) is None:
+                data.pop(name)
+    return data
+
+
 class LocatorRecovery(PackModel):
     """Unique-locator recovery: the runtime fills `remote_property` with its locator
     at create time and, after an ambiguous POST, GETs `lookup_path` to find the object."""
 
     remote_property: NonEmpty
     lookup_path: LookupPath
+    # Where the look-up's answer holds the id, when not where the create's does.
+    response_id_path: ResponseIdPath | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_an_undeclared_id_path(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_none(handler(self), ("response_id_path", "responseIdPath"))
+
+
+class AnswerMatch(PackModel):
+    """An answer of the remote (PROF-1, PROF-5): its status and, optionally, a body field
+    holding a value, in the JSON object or in any object of a JSON array (an error array)."""
+
+    status: HttpErrorStatus
+    body_field: NonEmpty | None = None
+    body_value: NonEmpty | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_an_undeclared_body(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_none(handler(self), ("body_field", "body_value", "bodyField", "bodyValue"))
+
+    @_model_validator(mode="after")
+    def _field_with_value(self) -> AnswerMatch:
+        if (self.body_field is None) != (self.body_value is None):
+            raise ValueError("bodyField and bodyValue are declared together")
+        return self
+
+
+class DailyReset(PackModel):
+    """PROF-5: when a spent daily limit frees: the midnight of `time_zone` (a calendar
+    day), or `rolling_hours` after the refusal (a rolling window: by then every request
+    the refused allocation counted has aged out)."""
+
+    time_zone: TimeZoneName | None = None
+    rolling_hours: int | None = Field(default=None, ge=24, le=720)
+
+    @model_serializer(mode="wrap")
+    def _one_rule(self, handler: SerializerFunctionWrapHandler) -> Any:
+        names = ("time_zone", "rolling_hours", "timeZone", "rollingHours")
+        return _without_none(handler(self), names)
+
+    @_model_validator(mode="after")
+    def _exactly_one(self) -> DailyReset:
+        if (self.time_zone is None) == (self.rolling_hours is None):
+            raise ValueError("declare exactly one of timeZone and rollingHours")
+        return self
+
+
+class DailyLimit(PackModel):
+    """PROF-5: the answer saying the remote's daily allocation is spent, and its reset."""
+
+    answer: AnswerMatch
+    reset: DailyReset
 
 
 # Whose midnight resets a daily quota when the profile names no zone (issue 33 item 3).
@@ -250,6 +311,10 @@ class Profile(PackModel):
     # budget that does not use up the retry count.
     not_applied_statuses: tuple[HttpErrorStatus, ...] = ()
     not_applied_budget_seconds: int = Field(default=900, gt=0, le=86_400)
+    # PROF-1 by status and body (e.g. a 400 whose error array says a row was locked).
+    not_applied_answers: tuple[AnswerMatch, ...] = ()
+    # PROF-5: how the remote says its daily allocation is spent, and when it frees.
+    daily_limit: DailyLimit | None = None
     readback: Readback | None = None
     # PROF-4: a remote id must fully match this pattern (beyond the default rule).
     remote_id_pattern: Regex | None = None
@@ -259,6 +324,63 @@ class Profile(PackModel):
         if self.readback is not None and self.precondition is None:
             raise ValueError("readback: only a profile with a precondition may declare one")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_undeclared_answers(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Undeclared, PROF-5's fields dump as before they existed (digests stand)."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in ("not_applied_answers", "notAppliedAnswers"):
+                if data.get(name, ...) in ((), []):
+                    data.pop(name)
+        return _without_none(data, ("daily_limit", "dailyLimit"))
+
+    @_model_validator(mode="after")
+    def _answers_provable(self) -> Profile:
+        problems = list(_answer_problems(self))
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def declares_not_applied(self, answer: AnswerMatch) -> bool:
+        """`answer` always proves no effect: its status alone, or a body-matched answer
+        at most as specific as it (PROF-1)."""
+        if answer.status in self.not_applied_statuses:
+            return True
+        return any(
+            declared.status == answer.status and (declared.body_field is None or declared == answer)
+            for declared in self.not_applied_answers
+        )
+
+
+# 4xx answers that do not prove a create had no effect (protocol.recovery's
+# CREATE_NOT_DEFINITE, equal by test): the send journal records statuses, not bodies,
+# so a body-matched "not applied" answer must have a status it proves by itself.
+JOURNAL_NOT_DEFINITE_4XX: Final = frozenset({408, 409, 425, 429})
+
+
+def _answer_problems(p: Profile) -> Iterator[str]:
+    for i, answer in enumerate(p.not_applied_answers):
+        if answer.status in JOURNAL_NOT_DEFINITE_4XX or answer.status >= 500:
+            yield (
+                f"notAppliedAnswers[{i}].status: {answer.status} needs the body to prove no"
+                " effect, which the send journal does not keep: use notAppliedStatuses"
+            )
+    if p.daily_limit is None:
+        return
+    if not p.declares_not_applied(p.daily_limit.answer):
+        yield (
+            "dailyLimit.answer: also declare it not applied (notAppliedStatuses or"
+            " notAppliedAnswers): the refused request is sent again after the reset"
+        )
+    limit = p.rate_limit
+    if limit is not None and limit.daily_reset_time_zone != DEFAULT_DAILY_RESET_TIME_ZONE:
+        yield "rateLimit.dailyResetTimeZone: the reset is declared once, in dailyLimit.reset"
+    if limit is not None and limit.daily_quota and p.daily_limit.reset.rolling_hours:
+        yield (
+            "rateLimit.dailyQuota: a share of a rolling window is not counted;"
+            " declare dailyLimit alone (its refusal pauses the budget)"
+        )
 
 
 class LineageEntry(PackModel):

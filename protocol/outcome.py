@@ -18,12 +18,14 @@ from pydantic import Field, JsonValue, field_validator
 from protocol.canonical import sha256_hex
 from protocol.errors import SuspendReason
 from protocol.jsonpath import extract_id
+from protocol.manifest import AnswerMatch
 from protocol.recovery import PATCH_CONFLICT, RETRYABLE_4XX, SendOutcome
 from protocol.remote_ids import is_canonical
 from protocol.snapshots import ProfileSnapshot, Snapshot
 
 _RETRY_STATUSES = RETRYABLE_4XX
 _PATCH_DELETED = frozenset({404, 410})
+_NOT_UNIQUE = 300  # Multiple Choices: a look-up's value names more than one object
 
 
 class Transport(StrEnum):
@@ -79,6 +81,8 @@ class NotApplied(Snapshot):
     kind: Literal["not_applied"] = "not_applied"
     status: int
     retry_after_seconds: float | None
+    # PROF-5: the answer is the frozen contract's daily limit: the budget waits for its reset.
+    daily_limit: bool = False
 
 
 class Ambiguous(Snapshot):
@@ -138,11 +142,35 @@ def interpret_post(
             assert_never(obs.transport)
 
 
+def answer_matches(declared: AnswerMatch, status: int | None, body: bytes | None) -> bool:
+    """The answer is the declared one: its status, and where a body field is declared, that
+    field holding the value in the JSON object or in any object of a JSON array."""
+    if status != declared.status:
+        return False
+    if declared.body_field is None:
+        return True
+    parsed = parse_json(body)
+    items = parsed if isinstance(parsed, list) else [parsed]
+    return any(
+        isinstance(item, dict) and item.get(declared.body_field) == declared.body_value
+        for item in items
+    )
+
+
 def _not_applied(obs: Observation, profile: ProfileSnapshot) -> NotApplied | None:
-    if obs.status is None or obs.status not in profile.not_applied_statuses:
+    status = obs.status
+    declared = status in profile.not_applied_statuses or any(
+        answer_matches(answer, status, obs.body) for answer in profile.not_applied_answers
+    )
+    if status is None or not declared:
         return None
+    daily = profile.daily_limit
     retry_after = parse_retry_after(obs.headers.get("retry-after"), obs.now)
-    return NotApplied(status=obs.status, retry_after_seconds=retry_after)
+    return NotApplied(
+        status=status,
+        retry_after_seconds=retry_after,
+        daily_limit=daily is not None and answer_matches(daily.answer, status, obs.body),
+    )
 
 
 def _interpret_status(
@@ -187,9 +215,21 @@ class LocatorAbsent(Snapshot):
 LocatorOutcome = LocatorFound | LocatorAbsent | Ambiguous
 
 
+def lookup_id_path(response_id_path: str, profile: ProfileSnapshot) -> str:
+    """Where a locator look-up's answer holds the id: the declared path, else the create's."""
+    recovery = profile.locator_recovery
+    declared = recovery.response_id_path if recovery is not None else None
+    return declared or response_id_path
+
+
 def interpret_locator_lookup(obs: Observation, response_id_path: str) -> LocatorOutcome:
+    """404: no object carries the locator; 200 with an id: found; 300 Multiple Choices:
+    more than one does, which no later look-up can settle (no recovery left); anything
+    else: inconclusive, looked up again. Never a re-send."""
     if obs.transport is Transport.RESPONSE and obs.status == 404:
         return LocatorAbsent()
+    if obs.transport is Transport.RESPONSE and obs.status == _NOT_UNIQUE:
+        return Ambiguous(reason="locator_not_unique", locator_recovery=False)
     if obs.transport is Transport.RESPONSE and obs.status == 200:
         remote_id = extract_id(parse_json(obs.body), response_id_path)
         if remote_id is not None:

@@ -16,6 +16,8 @@ from protocol.canonical import digest, model_digest
 from protocol.errors import MirrorStatus
 from protocol.manifest import (
     ActionSlot,
+    AnswerMatch,
+    DailyLimit,
     DestinationSlot,
     LocatorRecovery,
     MirrorSpec,
@@ -40,6 +42,10 @@ LATER_PROFILE_DECLARATIONS: Final = (
     "not_applied_budget_seconds",
     "readback",
     "remote_id_pattern",
+    # PROF-5 (issue 52): they decide whether an answer proved no effect and how the
+    # budget waits, so a pack that declares one drifts its links' frozen contract.
+    "not_applied_answers",
+    "daily_limit",
 )
 
 
@@ -119,6 +125,9 @@ class ProfileSnapshot(Snapshot):
     # first try's send. None (frozen before it was declared, or by a pack that did not
     # declare it): retention 0, so no re-send of this create is ever replay-safe.
     post_key_retention_seconds: int | None = None
+    # PROF-1 by body and PROF-5 (absent from snapshots frozen before them: none declared).
+    not_applied_answers: tuple[AnswerMatch, ...] = ()
+    daily_limit: DailyLimit | None = None
 
     @classmethod
     def of(cls, profile: Profile) -> ProfileSnapshot:
@@ -149,6 +158,8 @@ class ProfileSnapshot(Snapshot):
             readback_path_template=profile.readback.path if profile.readback else None,
             remote_id_pattern=profile.remote_id_pattern,
             post_key_retention_seconds=post.key_retention if post else None,
+            not_applied_answers=profile.not_applied_answers,
+            daily_limit=profile.daily_limit,
         )
 
     @property

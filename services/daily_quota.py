@@ -26,8 +26,9 @@ from protocol.daily_quota import (
     budget_quotas,
     next_reset,
     quota_day,
+    refusal_resets_at,
 )
-from protocol.manifest import DEFAULT_DAILY_RESET_TIME_ZONE
+from protocol.manifest import DEFAULT_DAILY_RESET_TIME_ZONE, DailyReset
 from protocol.rate_limit import budget_key
 from services.packs import active_manifests
 
@@ -95,15 +96,21 @@ async def spend_or_wait(
 
 
 async def refuse_day(
-    pool: asyncpg.Pool, conn: Conn, remote_scope: str, credential_ref: str, now: datetime
+    pool: asyncpg.Pool,
+    conn: Conn,
+    remote_scope: str,
+    credential_ref: str,
+    now: datetime,
+    reset: DailyReset,
 ) -> QuotaWait:
-    """The remote answered a 429 naming its daily limit: the whole budget waits until the
-    quota's reset (its declared zone's midnight; UTC's when it declares no quota)."""
+    """The remote answered its declared daily limit (PROF-5): the whole budget waits until
+    `reset` frees it (a calendar midnight, or a rolling window after the refusal); the
+    refusal is recorded on the budget's counted day."""
     key = budget_key(remote_scope, credential_ref)
     known = await _budgets(pool, conn, now)
     quota = known.quotas.get(key)
-    zone = quota.time_zone if quota else DEFAULT_DAILY_RESET_TIME_ZONE
-    resets_at = next_reset(now, zone)
+    zone = quota.time_zone if quota else reset.time_zone or DEFAULT_DAILY_RESET_TIME_ZONE
+    resets_at = refusal_resets_at(now, reset)
     allowance = quota.allowance if quota else None
     await q.refuse(conn, key, quota_day(now, zone), allowance, resets_at, now)
     known.refused[key] = resets_at  # this worker's next request waits at once

@@ -14,7 +14,6 @@ import asyncpg
 from db import journal as jq
 from db import links as q
 from db.records import Conn
-from protocol.daily_quota import names_daily_policy
 from protocol.outcome import Observation, body_hash, parse_retry_after, send_outcome
 from protocol.recovery import RecoveryInput, SendKind
 from protocol.snapshots import ProfileSnapshot
@@ -64,10 +63,15 @@ def frozen_patch_profile(patch: asyncpg.Record, fallback: ProfileSnapshot) -> Pr
 
 
 async def record_try(
-    conn: Conn, journal_id: int | None, obs: Observation, remote_id: str | None = None
+    conn: Conn,
+    journal_id: int | None,
+    obs: Observation,
+    remote_id: str | None = None,
+    daily_refusal: bool = False,
 ) -> None:
     """Write what the wire showed for one try into its journal row, once (JRN-1), with the
-    remote id when the answer was a create that named one."""
+    remote id when the answer was a create that named one; `daily_refusal`: the answer was
+    the frozen contract's daily limit (PROF-5, `NotApplied.daily_limit`)."""
     if journal_id is None:
         return  # a read (locator lookup, read-back) has no journal row
     retry_after = parse_retry_after(obs.headers.get("retry-after"), obs.now)
@@ -79,7 +83,7 @@ async def record_try(
         body_hash(obs.body),
         retry_after,
         remote_id,
-        names_daily_policy(obs.status, obs.body),
+        daily_refusal,
     )
     require_cas(recorded, "record_outcome")
 

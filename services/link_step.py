@@ -20,6 +20,7 @@ from db import links as q
 from db.records import Conn
 from protocol.daily_quota import wait_seconds, waiting_detail
 from protocol.errors import ActivityErrorType
+from protocol.manifest import DailyReset
 from protocol.messages import LinkView, StepKind, StepResult
 from services import daily_quota
 from services.daily_quota import QuotaWait
@@ -141,11 +142,12 @@ async def spend(step: LinkStep, conn: Conn, remote_scope: str, credential_ref: s
 
 
 async def refuse_day(
-    step: LinkStep, conn: Conn, remote_scope: str, credential_ref: str
+    step: LinkStep, conn: Conn, remote_scope: str, credential_ref: str, reset: DailyReset
 ) -> QuotaWait:
-    """The remote answered naming its daily limit: the whole budget waits (issue 33 item 3)."""
+    """The remote answered its declared daily limit (PROF-5): the whole budget waits until
+    the frozen contract's `reset`."""
     now = step.hooks.now()
-    return await daily_quota.refuse_day(step.pool, conn, remote_scope, credential_ref, now)
+    return await daily_quota.refuse_day(step.pool, conn, remote_scope, credential_ref, now, reset)
 
 
 async def quota_wait(step: LinkStep, key: str, wait: QuotaWait) -> StepResult:

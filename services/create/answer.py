@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from db import links as q
-from protocol.daily_quota import names_daily_policy
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import StepKind, StepResult
 from protocol.outcome import (
@@ -22,6 +21,7 @@ from protocol.outcome import (
     RetrySameRequest,
     interpret_locator_lookup,
     interpret_post,
+    lookup_id_path,
 )
 from protocol.recovery import Step, next_step, on_definite_rejection
 from protocol.snapshots import CreateRequestSnapshot
@@ -77,13 +77,19 @@ async def answer_lookup(
 ) -> StepResult | None:
     """A found object finalizes the attempt (whatever drifted since); None: no object
     carries our locator, so every earlier try had no effect and the caller re-sends."""
-    found = interpret_locator_lookup(obs, lookup.request.response_id_path)
+    request = lookup.request
+    found = interpret_locator_lookup(obs, lookup_id_path(request.response_id_path, request.profile))
     match found:
         case LocatorFound(remote_id=remote_id):
             sent = SentTry(lookup.attempt_id, lookup.token, None)
             return await finalize(step, key, sent, remote_id, obs, "")
         case LocatorAbsent():
             return None
+        case Ambiguous(reason=reason, locator_recovery=False):
+            # The locator names more than one object: no later look-up can tell which.
+            sent = SentTry(lookup.attempt_id, lookup.token, None)
+            target, kind = "ambiguous_remote_effect", E.AMBIGUOUS_REMOTE_EFFECT
+            return await park(step, key, sent, obs, target, kind, reason)
         case Ambiguous(reason=reason):
             raise StepRetry(RetryKind.LOCATOR_RECOVERY, f"locator lookup inconclusive: {reason}")
 
@@ -95,7 +101,7 @@ async def _not_applied(
     budget) and send the same frozen request again, until the time budget is spent."""
     async with step.tx(key) as conn:
         await lock_link(conn, key)
-        await record_try(conn, sent.journal_id, obs)
+        await record_try(conn, sent.journal_id, obs, daily_refusal=outcome.daily_limit)
         attempt = await q.attempt_by_id(conn, sent.attempt_id)
         assert attempt is not None, "attempts are never deleted"
         request = request_of(attempt)
@@ -104,8 +110,10 @@ async def _not_applied(
         decision = next_step(recovery.model_copy(update={"now": obs.now}))
         if decision.step in {Step.PARK_AMBIGUOUS, Step.TERMINAL}:
             refusal = await park_planned(conn, key, sent.attempt_id, decision)
-        elif names_daily_policy(obs.status, obs.body):
-            wait = await refuse_day(step, conn, request.remote_scope, profile.credential_ref)
+        elif outcome.daily_limit and profile.daily_limit is not None:
+            wait = await refuse_day(
+                step, conn, request.remote_scope, profile.credential_ref, profile.daily_limit.reset
+            )
         else:
             delay = retry_delay(outcome.retry_after_seconds, profile)
             detail = f"remote answered {outcome.status} (not applied); re-sending in {delay} s"

@@ -9,7 +9,6 @@ from typing import Any
 
 from db import patches as pq
 from db.records import Conn
-from protocol.daily_quota import names_daily_policy
 from protocol.errors import SuspendReason
 from protocol.messages import StepKind, StepResult
 from protocol.outcome import (
@@ -56,10 +55,13 @@ async def apply_patch_outcome(
     async with step.tx(key) as conn:
         await lock_link(conn, key)
         after = await record_outcome(conn, plan, journal_id, outcome, obs)
-        daily = isinstance(after, float) and names_daily_policy(obs.status, obs.body)
-        if daily:  # the remote's daily limit: the whole budget waits (issue 33 item 3)
+        daily = plan.contract.daily_limit if _daily_refusal(outcome) else None
+        if isinstance(after, float) and daily is not None:
+            # The remote's daily limit (PROF-5): the whole budget waits for the reset.
             link = plan.link
-            wait = await refuse_day(step, conn, link.remote_scope, link.profile.credential_ref)
+            wait = await refuse_day(
+                step, conn, link.remote_scope, link.profile.credential_ref, daily.reset
+            )
         elif isinstance(after, float):
             detail = f"PATCH answered {obs.status} (not applied); re-sending in {after} s"
             return StepResult(
@@ -70,10 +72,14 @@ async def apply_patch_outcome(
             )
         if after is None:
             return await settled(conn, key)
-    if daily:
+    if isinstance(after, float) and daily is not None:
         return await quota_wait(step, key, wait)
     assert not isinstance(after, float | None)
     raise after  # a Temporal retry, now that this try's outcome is durable
+
+
+def _daily_refusal(outcome: PatchOutcome) -> bool:
+    return isinstance(outcome, NotApplied) and outcome.daily_limit
 
 
 async def record_outcome(
@@ -81,7 +87,7 @@ async def record_outcome(
 ) -> StepResultHint:
     """Persist what the remote said (PATCH-3) with this try's journal outcome, in the
     caller's transaction; see `StepResultHint` for what the caller does next."""
-    await record_try(conn, journal_id, obs)
+    await record_try(conn, journal_id, obs, daily_refusal=_daily_refusal(outcome))
     response = {"status": obs.status, "transport": obs.transport.value}
     match outcome:
         case PatchSucceeded(etag=read_etag):

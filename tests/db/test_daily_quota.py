@@ -17,6 +17,7 @@ from cli.status_cmd import render
 from db import daily_quota as q
 from db.records import Conn
 from protocol.daily_quota import next_reset, quota_day
+from protocol.manifest import DailyReset
 from protocol.status import gauges
 from services.daily_quota import QuotaWait, forget_quotas, refuse_day, spend_or_wait
 from services.packs import apply_pack
@@ -27,6 +28,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 KEY = "rb1_test-budget"
 NOW = datetime.now(UTC)
 DAY = quota_day(NOW, "UTC")
+UTC_DAY = DailyReset(time_zone="UTC")  # PROF-5: the refusal's declared reset
 RESETS = next_reset(NOW, "UTC")
 
 
@@ -124,7 +126,7 @@ async def test_a_budget_without_a_quota_pauses_when_the_remote_refuses_its_day(
     scope, credential = "sandbox-portal", "env:SANDBOX_TOKEN"
     async with db_pool.acquire() as conn:
         assert await spend_or_wait(db_pool, conn, scope, credential, NOW) is None
-        refused = await refuse_day(db_pool, conn, scope, credential, NOW)
+        refused = await refuse_day(db_pool, conn, scope, credential, NOW, UTC_DAY)
         # This worker knows at once; another (an empty cache) reads it from Postgres.
         first = await spend_or_wait(db_pool, conn, scope, credential, NOW)
         forget_quotas()

@@ -1,9 +1,9 @@
 """Daily quotas (issue 33 item 3): the allowance, the quota day and its reset, the pack
-fields' validation and which 429s name the remote's daily limit. Pure: `now` is passed in."""
+fields' validation (the declared daily-limit answer: test_answer_rules_prof5.py).
+Pure: `now` is passed in."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from protocol.daily_quota import (
     RESET_MARGIN_S,
     budget_quotas,
-    names_daily_policy,
     next_reset,
     quota_day,
     wait_seconds,
@@ -88,9 +87,12 @@ def test_a_run_waits_until_just_after_the_reset_or_rechecks_sooner() -> None:
 
 def test_a_budget_gets_the_smallest_allowance_declared_for_it() -> None:
     one = demo_manifest(_daily(0, dailyQuota=10, dailyShare=0.5))
-    other = demo_manifest(
-        _daily(1, dailyQuota=100, dailyShare=0.02, dailyResetTimeZone="Europe/Berlin")
-    ).model_copy(update={"connector_owner_key": "other"})
+
+    def berlin(doc: dict[str, Any]) -> None:
+        _daily(1, dailyQuota=100, dailyShare=0.02)(doc)
+        doc["profiles"][1]["dailyLimit"]["reset"] = {"timeZone": "Europe/Berlin"}  # PROF-5
+
+    other = demo_manifest(berlin).model_copy(update={"connector_owner_key": "other"})
     plain = demo_manifest()
 
     assert budget_quotas([plain]) == {}
@@ -115,15 +117,3 @@ def test_the_pack_refuses_a_quota_it_cannot_keep(fields: dict[str, Any], message
         demo_manifest(_daily(0, **fields))
     assert message in str(info.value)
     assert "profiles[0].rateLimit" in str(info.value) or "profiles.0.rateLimit" in str(info.value)
-
-
-def _body(policy: str) -> bytes:
-    return json.dumps({"status": "error", "policyName": policy}).encode()
-
-
-def test_only_a_429_naming_the_daily_policy_ends_the_day() -> None:
-    assert names_daily_policy(429, _body("DAILY"))
-    assert not names_daily_policy(429, _body("TEN_SECONDLY_ROLLING"))
-    assert not names_daily_policy(503, _body("DAILY"))
-    assert not names_daily_policy(429, b"not json")
-    assert not names_daily_policy(429, None)

@@ -134,6 +134,23 @@ def _fields(pack: Any, ingress: Any) -> set[str]:
     return names - set(_keys(pack)) - set(_keys(ingress))
 
 
+# Example packs whose declared remote answers (PROF-1, PROF-5) no runtime literal may be.
+ANSWER_PACKS = ("demo-pack.yaml", "salesforce.yaml")
+
+
+def _declared_answers(pack: Any) -> set[str]:
+    """The body fields and values a pack declares for its remote's answers: HubSpot's
+    `policyName: DAILY`, Salesforce's `errorCode: REQUEST_LIMIT_EXCEEDED` live there."""
+    found: set[str] = set()
+    for profile in pack["profiles"]:
+        answers = list(profile.get("notAppliedAnswers", ()))
+        if "dailyLimit" in profile:
+            answers.append(profile["dailyLimit"]["answer"])
+        for answer in answers:
+            found |= {answer[k] for k in ("bodyField", "bodyValue") if k in answer}
+    return found
+
+
 def derive_denylist() -> Denylist:
     pack, ingress = _load("demo-pack.yaml"), _load("ingress.yaml")
     sandbox, records = _load("sandbox.yaml"), _load("demo-records.yaml")
@@ -143,7 +160,8 @@ def derive_denylist() -> Denylist:
     return Denylist(
         words=VENDOR_WORDS | _objects(pack, sandbox, records, ingress) | users,
         fragments=VENDOR_FRAGMENTS | {n.lower() for n in names},
-        exact=frozenset(_fields(pack, ingress)),
+        exact=frozenset(_fields(pack, ingress))
+        | {value for name in ANSWER_PACKS for value in _declared_answers(_load(name))},
     )
 
 
@@ -261,6 +279,9 @@ def test_the_denylist_holds_what_the_examples_declare(deny: Denylist) -> None:
     assert {"remote_id__c", "env:sandbox_token", "/crm/v3/"} <= deny.fragments
     assert {"email", "dealname", "Email", "portalId", "callbackId", "demo"} <= deny.exact
     assert "name" not in deny.exact  # a schema key, not a tenant field
+    # PROF-5: the remotes' answers are the packs' declarations, not the runtime's.
+    assert {"policyName", "DAILY", "errorCode", "REQUEST_LIMIT_EXCEEDED"} <= deny.exact
+    assert "UNABLE_TO_LOCK_ROW" in deny.exact
 
 
 def test_every_allowed_literal_is_still_used_where_it_is_allowed(deny: Denylist) -> None:
@@ -283,6 +304,8 @@ def test_every_allowed_literal_is_still_used_where_it_is_allowed(deny: Denylist)
         ("ingress/webhook.py", 'FIELD = "portalId"\n'),
         ("cli/demo_data.py", 'USERS = "users alice and bob"\n'),
         ("protocol/remote_ids.py", 'PATH = "/crm/v3/objects/{target}"\n'),
+        ("protocol/daily_quota.py", 'POLICIES = frozenset({"DAILY"})\n'),
+        ("protocol/outcome.py", 'LOCKED = "UNABLE_TO_LOCK_ROW"\n'),
         ("ingress/gate.py", 'STATE = "hs_execution_state"\n'),  # allowed elsewhere only
         ("db/migrations/0999_x.sql", "CREATE TABLE contact_sync (id int); -- fine here\n"),
     ],
