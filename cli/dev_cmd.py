@@ -235,6 +235,10 @@ class DevStack:
         policy = str(ingress_policy_file(self.config))
         # S-2: the worker resolves workflow-action completion targets from the same policy.
         worker_env = {**env, "CONNECTOR_PUSH_INGRESS_CONFIG": policy}
+        # S-3: the demo pack's credential may go to the sandbox only (if one is exported).
+        worker_env.setdefault(
+            "CONNECTOR_PUSH_CREDENTIAL_HOSTS_ENV_SANDBOX_TOKEN", f"{sandbox.host}:{sandbox.port}"
+        )
         if (metrics := self.config.worker_metrics) is not None:
             worker_env["CONNECTOR_PUSH_METRICS_BIND_ADDRESS"] = f"{metrics.host}:{metrics.port}"
         self.children.spawn_cli("worker", ["worker"], worker_env, now)

@@ -76,9 +76,12 @@ def _print_readback(data: dict[str, object]) -> None:
         )
     console.print(f"workflow_action_mode: {data['workflow_action_mode']}", highlight=False)
     console.print(
-        f"head_timeout_ms: {data['head_timeout_ms']}  max_connections: {data['max_connections']}",
+        f"head_timeout_ms: {data['head_timeout_ms']}  max_connections: {data['max_connections']}"
+        f"  max_header_bytes: {data['max_header_bytes']}  max_headers: {data['max_headers']}",
         highlight=False,
     )
+    if data["production_allows"]:
+        console.print(f"production_allows: {data['production_allows']}", highlight=False)
     endpoints = data["endpoints"]
     assert isinstance(endpoints, list)
     for endpoint in endpoints:

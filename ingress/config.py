@@ -10,10 +10,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Annotated, Final, Literal
 
 import yaml
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from protocol.action_callback import CallbackTarget, callback_targets
@@ -62,6 +62,11 @@ class IngressSettings(PolicyLocation):
     temporal_api_key: SecretStr | None = Field(default=None, validation_alias="TEMPORAL_API_KEY")
     temporal_tls: bool = Field(default=False, validation_alias="TEMPORAL_TLS")
     task_queue: str = Field(default="connector-push", validation_alias="CONNECTOR_PUSH_TASK_QUEUE")
+    # The worker's logging settings: JSON lines, credentials masked (S-6).
+    log_json: bool = Field(default=True, validation_alias="CONNECTOR_PUSH_LOG_JSON")
+    log_level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR"], BeforeValidator(str.upper)
+    ] = Field(default="INFO", validation_alias="CONNECTOR_PUSH_LOG_LEVEL")
 
     def temporal_target(self) -> TemporalTarget | None:
         if self.temporal_address is None:
@@ -233,6 +238,11 @@ def readback(policy: IngressPolicy, environ: Mapping[str, str]) -> dict[str, obj
         "workflow_action_mode": policy.workflow_action_mode.value,
         "head_timeout_ms": policy.head_timeout_ms,
         "max_connections": policy.max_connections,
+        # S-6: a head over either is answered 431
+        "max_header_bytes": policy.max_header_bytes,
+        "max_headers": policy.max_headers,
+        # S-3: the production profile's exceptions, as written (each in use is logged)
+        "production_allows": sorted(a.value for a in policy.production_allows),
         "endpoints": endpoints,
         "save_api": _save_api_readback(policy, environ),
     }

@@ -11,10 +11,14 @@ Rules kept in this module:
    explicit flag (passed in as validation context, never read from the file).
 4. Legacy signature schemes (v1, v2: no timestamp, no replay protection) load
    only where the endpoint opts in with `allow_legacy_signature`.
-5. The server itself is bounded too: the time to receive a request head and the
-   number of connections served at once have defaults and can only be lowered
-   or raised within limits, never switched off.
-6. Each save-API client has a key of its own: two clients sharing one (one variable
+5. The server itself is bounded too: the time to receive a request head, its size
+   and header count (S-6), and the number of connections served at once have
+   defaults and can only be lowered or raised within limits, never switched off.
+6. The production profile refuses what weakens a boundary (S-3): a legacy signature
+   scheme, and an `http://` URL (where senders call, where completions and their
+   credential go), unless `production_allows` names the exception; the ingress logs
+   each one in use at start and the readback shows them.
+7. Each save-API client has a key of its own: two clients sharing one (one variable
    here, or two holding one value, checked where the values are read) are refused.
 """
 
@@ -35,6 +39,7 @@ from pydantic import (
 )
 
 from protocol.event_identity import CompositeIdentityRule, IdentityRule, LegacyIdentityRule
+from protocol.pack_fields import CredentialRef
 from protocol.save_api import SaveApiPolicy
 
 _NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -63,6 +68,13 @@ class SignatureScheme(StrEnum):
     V3 = "v3"
     V2 = "v2"
     V1 = "v1"
+
+
+class ProductionAllowance(StrEnum):
+    """An exception the production profile makes only when `production_allows` names it."""
+
+    LEGACY_SIGNATURE = "legacy_signature"  # a v1/v2 endpoint (no replay protection)
+    PLAIN_HTTP = "plain_http"  # an http:// public_base_url or callback_base_url
 
 
 class WorkflowActionMode(StrEnum):
@@ -201,7 +213,9 @@ class WorkflowActionEndpoint(_EndpointBase):
     # Completions of must-complete actions go to `callback_base_url` + the automation
     # callback path, with the bearer token of `CONNECTOR_PUSH_CREDENTIAL_<REF>`.
     callback_base_url: Annotated[str, Field(pattern=r"^https?://[^/?#]+(/[^?#]*)?$")] | None = None
-    callback_credential_ref: str | None = None
+    # A reference (`env:NAME`), never the token: a token pasted here is refused at load,
+    # value not shown, so nothing (the readback included) can print it.
+    callback_credential_ref: CredentialRef | None = None
 
     @model_validator(mode="after")
     def _must_complete_needs_callback(self) -> Self:
@@ -230,6 +244,12 @@ class IngressPolicy(_Strict):
     # Connections served at once; a request beyond it is answered at once as an internal
     # failure (ING-2: 503 + Retry-After, or 204 on an ack_drop endpoint).
     max_connections: Annotated[int, Field(gt=0, le=100_000)] = 1_000
+    # A request head's request line and header names and values, in bytes, and its
+    # header count (S-6); a head over either is answered 431 and dropped unparsed.
+    max_header_bytes: Annotated[int, Field(ge=1_024, le=1_048_576)] = 32_768
+    max_headers: Annotated[int, Field(ge=8, le=1_000)] = 100
+    # Exceptions to the production profile's refusals (rule 6), each named, logged at start.
+    production_allows: frozenset[ProductionAllowance] = frozenset()
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Self:
@@ -239,6 +259,7 @@ class IngressPolicy(_Strict):
             raise ValueError("endpoint names and paths must be unique")
         if self.profile is Profile.PRODUCTION:
             self._production_drops_nothing(bool((info.context or {}).get(BREAK_GLASS_ACK_DROP)))
+            self._production_refusals()
         webhooks = {e.name for e in self.endpoints if isinstance(e, WebhookEndpoint)}
         unknown = (self.ack_drop_endpoints or frozenset()) - webhooks
         if unknown:
@@ -261,6 +282,26 @@ class IngressPolicy(_Strict):
                 " endpoint(s)): ack-drop in production is a break-glass incident action, "
                 f"started only with {BREAK_GLASS_SETTING}"
             )
+
+    def _production_refusals(self) -> None:
+        """Rule 6: legacy signatures and plain HTTP only where `production_allows` says so;
+        each refusal names the endpoint and the field, never a value."""
+        for endpoint in self.endpoints:
+            needed = _allowances_needed(endpoint)
+            refused = [(a, f) for a, f in needed if a not in self.production_allows]
+            for allowance, field in sorted(refused):
+                raise ValueError(
+                    f"production profile refuses endpoint {endpoint.name}'s {field}: "
+                    f"add {allowance.value} to production_allows to accept it (logged at start)"
+                )
+
+    @property
+    def production_exceptions(self) -> frozenset[ProductionAllowance]:
+        """The production profile's exceptions in use (logged at start); none elsewhere."""
+        if self.profile is not Profile.PRODUCTION:
+            return frozenset()
+        used = {a for e in self.endpoints for a, _ in _allowances_needed(e)}
+        return frozenset(used) & self.production_allows
 
     @property
     def break_glass_ack_drop(self) -> frozenset[str]:
@@ -290,6 +331,19 @@ class IngressPolicy(_Strict):
         return EndpointMode.RETRY
 
 
+def _allowances_needed(endpoint: Endpoint) -> set[tuple[ProductionAllowance, str]]:
+    """What an endpoint needs the production profile to allow, with the field that needs it."""
+    needed: set[tuple[ProductionAllowance, str]] = set()
+    if endpoint.signature.scheme is not SignatureScheme.V3:
+        needed.add((ProductionAllowance.LEGACY_SIGNATURE, "signature scheme (legacy)"))
+    if endpoint.signature.public_base_url.startswith("http://"):
+        needed.add((ProductionAllowance.PLAIN_HTTP, "signature.public_base_url (http://)"))
+    callback = getattr(endpoint, "callback_base_url", None)
+    if callback is not None and callback.startswith("http://"):
+        needed.add((ProductionAllowance.PLAIN_HTTP, "callback_base_url (http://)"))
+    return needed
+
+
 def and_list(names: list[str]) -> str:
     """`a and b`, `a, b and c`."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
@@ -308,6 +362,7 @@ __all__ = [
     "InboundRoute",
     "IngressPolicy",
     "LegacyIdentityRule",
+    "ProductionAllowance",
     "Profile",
     "SignaturePolicy",
     "SignatureScheme",

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from urllib.parse import quote
@@ -48,6 +46,7 @@ from protocol.inbound import (
     InboundEventInput,
     event_workflow_id,
 )
+from services.credentials import CredentialNotBound, bind_credential
 
 log = logging.getLogger(__name__)
 
@@ -75,15 +74,6 @@ async def _load(conn: Conn, execution_id: str) -> ExecutionView:
             non_retryable=True,
         )
     return execution_view(row)
-
-
-def credential_headers(credential_ref: str | None) -> dict[str, str]:
-    """Bearer token from `CONNECTOR_PUSH_CREDENTIAL_<REF>` (the profiles' convention)."""
-    if credential_ref is None:
-        return {}
-    name = "CONNECTOR_PUSH_CREDENTIAL_" + re.sub(r"[^A-Z0-9]", "_", credential_ref.upper())
-    token = os.environ.get(name)
-    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _retry_after(response: httpx.Response | None) -> timedelta | None:
@@ -195,8 +185,14 @@ async def _post(
     segment = quote(callback_id, safe=":")
     url = target.base_url.rstrip("/") + COMPLETE_PATH.format(callback_id=segment)
     body = {"outputFields": {"hs_execution_state": outcome.value}}
+    request = http.build_request("POST", url, json=body)
     try:
-        return await http.post(url, json=body, headers=credential_headers(target.credential_ref))
+        if target.credential_ref is not None:  # only to a host bound to it (S-3)
+            bind_credential(request, target.credential_ref)
+        return await http.send(request)
+    except CredentialNotBound as refused:  # fail closed: retried, never sent, logged
+        log.warning("workflow-action completion refused before sending: %s", refused)
+        return None
     except httpx.TransportError:
         return None  # no response: retried like a 5xx (a completion is safe to repeat)
 

@@ -5,15 +5,14 @@ whether a failed request may have reached the remote. Each request has one overa
 deadline (SPEC G-7: pool wait, connect, write and read together), taken when it is
 about to leave; a request cut before any byte of it was written is `not_sent`, one cut
 after is a timeout that may have landed. The answer is read within the same deadline
-and the bounds of S-6 (size, nesting, `Retry-After`).
+and the bounds of S-6 (size, nesting, `Retry-After`). A credential leaves only for a host
+bound to it (S-3, `services.credentials`): this is the one sender, so no path skips it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +31,7 @@ from protocol.outcome import Observation, Transport
 from protocol.request import wire_body
 from protocol.snapshots import ProfileSnapshot
 from protocol.timeouts import request_deadline_s
+from services.credentials import CredentialNotBound, bind_credential
 
 _tracer = trace.get_tracer(__name__)
 log = logging.getLogger(__name__)
@@ -68,13 +68,6 @@ def _classify(error: httpx.TransportError, watch: _WriteWatch) -> Transport:
     return Transport.ERROR_AFTER_SEND
 
 
-def credential_headers(profile: ProfileSnapshot) -> dict[str, str]:
-    """Bearer token from `CONNECTOR_PUSH_CREDENTIAL_<REF>`; secrets are never stored (STO-3)."""
-    name = "CONNECTOR_PUSH_CREDENTIAL_" + re.sub(r"[^A-Z0-9]", "_", profile.credential_ref.upper())
-    token = os.environ.get(name)
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
 async def send(
     http: httpx.AsyncClient,
     method: str,
@@ -89,7 +82,7 @@ async def send(
 
     `deadline`: the event-loop time (`loop.time()`) the calling activity's start-to-close
     ends at (`LinkStep.deadline`); None outside an activity (the request timeout alone)."""
-    all_headers = {**credential_headers(profile), **headers}
+    all_headers = dict(headers)
     content = None
     if body is not None:
         content = wire_body(body)
@@ -109,6 +102,15 @@ async def send(
             content=content,
             timeout=httpx.Timeout(budget),
         )
+        try:
+            bind_credential(request, profile.credential_ref)
+        except CredentialNotBound as refused:
+            # Fail closed (S-3): the try is `not_sent`, which it provably is; the journal
+            # records it so, and its retries run out into a park for an operator.
+            log.warning("remote %s refused before sending: %s", method, refused)
+            span.set_attribute("connector.credential_refused", str(refused))
+            span.set_attribute("connector.transport", Transport.NOT_SENT.value)
+            return Observation(transport=Transport.NOT_SENT)
         obs = await _exchange(http, request, budget, profile)
         span.set_attribute("connector.transport", obs.transport.value)
         if obs.status is not None:

@@ -28,7 +28,8 @@ BREAK_GLASS_LOG = b"BREAK-GLASS ack-drop in production"
 
 
 def _production(**overrides: Any) -> dict[str, Any]:
-    return policy_document(profile="production", **overrides)
+    # Completions over https: production refuses an http:// callback_base_url (S-3).
+    return policy_document("https://127.0.0.1:9", profile="production", **overrides)
 
 
 def _write(tmp_path: Path, document: dict[str, Any]) -> Path:

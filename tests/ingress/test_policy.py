@@ -33,7 +33,9 @@ def test_production_refuses_an_implicit_ack_drop_set() -> None:
 
 def test_production_accepts_an_explicit_empty_set_and_everything_retries() -> None:
     policy = parse_policy(
-        yaml.safe_dump(policy_document(profile="production", ack_drop_endpoints=[]))
+        yaml.safe_dump(
+            policy_document("https://127.0.0.1:9", profile="production", ack_drop_endpoints=[])
+        )
     )
     assert {policy.mode_of(e.name) for e in policy.endpoints} == {EndpointMode.RETRY}
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from worker.observability import JsonFormatter, redact
+from services.log_format import JsonFormatter, redact
 from worker.settings import RuntimeSettings
 
 
