@@ -4,9 +4,8 @@ account, the findings kept with the pack's digest for `pack apply` (SPEC §14.2,
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -23,8 +22,6 @@ if TYPE_CHECKING:
     from services.pack_verify import VerifyReport
     from services.packs import ApplyPackResult
     from worker.settings import RuntimeSettings
-
-SECRET_PREFIX: Final = "CONNECTOR_PUSH_CREDENTIAL_"
 
 # `pack apply`'s explicit, audited override of what `pack verify` found (or never found).
 AcceptUnverified = Annotated[
@@ -57,13 +54,30 @@ async def apply_checked(conn: Conn, manifest: PackManifest, **options: Any) -> A
         bad_input(f"pack not applied (nothing written): {exc}")
 
 
-def secret_variable(credential_ref: str) -> str:
-    """The variable the worker's transport reads the reference's secret from."""
-    return SECRET_PREFIX + re.sub(r"[^A-Z0-9]", "_", credential_ref.upper())
+def _credential(credential_ref: str, base_url: str) -> str:
+    """The reference's secret, where the worker's transport reads it, and only for a host
+    bound to it (S-3); a clear error naming the variable otherwise (nothing sent)."""
+    import httpx
+
+    from protocol.credential_hosts import hosts_variable, refusal, secret_variable, target_of
+
+    secret = os.environ.get(secret_variable(credential_ref))
+    if not secret:
+        bad_input(
+            f"credential {credential_ref}: set {secret_variable(credential_ref)} (nothing sent)"
+        )
+    url = httpx.URL(base_url)
+    target = target_of(url.scheme, url.host, url.port)
+    refused = refusal(
+        credential_ref, url.scheme, target, os.environ.get(hosts_variable(credential_ref))
+    )
+    if refused is not None:
+        bad_input(refused)
+    return secret
 
 
 async def _verify(
-    dsn: str, manifest: PackManifest, profile: str, credential: str | None, operator: str
+    dsn: str, manifest: PackManifest, profile: str, credential: str, operator: str
 ) -> VerifyReport:
     import httpx
 
@@ -130,10 +144,7 @@ def verify_command(
         target = target_of(manifest, profile)
     except VerifyError as exc:
         bad_input(f"{file}: {exc}")
-    credential = os.environ.get(secret_variable(target.profile.credential_ref)) or None
-    if credential is None:
-        variable = secret_variable(target.profile.credential_ref)
-        bad_input(f"credential {target.profile.credential_ref}: set {variable} (nothing sent)")
+    credential = _credential(target.profile.credential_ref, target.profile.base_url)
     report = asyncio.run(_verify(_dsn(database_url), manifest, profile, credential, operator))
     if as_json:
         echo_json(report.model_dump(mode="json"))

@@ -59,6 +59,12 @@ async def generous(remote: BackgroundSandbox) -> AsyncIterator[SandboxClient]:
         yield admin
 
 
+def bind_sandbox_token(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    """The demo pack's credential (env:SANDBOX_TOKEN) and the sandbox host it may reach."""
+    monkeypatch.setenv("CONNECTOR_PUSH_CREDENTIAL_ENV_SANDBOX_TOKEN", TOKEN)
+    monkeypatch.setenv("CONNECTOR_PUSH_CREDENTIAL_HOSTS_ENV_SANDBOX_TOKEN", url.split("//")[1])
+
+
 async def verify(dsn: str, pack: Path, profile: str) -> Result:
     return await cli(
         "pack", "verify", str(pack), "--profile", profile, "--json", "--database-url", dsn
@@ -74,7 +80,7 @@ async def test_the_demo_packs_idempotency_claim_does_not_hold_on_the_hubspot_mod
 ) -> None:
     """HubSpot documents no idempotency key: the same POST twice is two answers, not one
     object; the finding is stored and `pack apply` refuses the pack until overridden."""
-    monkeypatch.setenv("CONNECTOR_PUSH_CREDENTIAL_ENV_SANDBOX_TOKEN", TOKEN)
+    bind_sandbox_token(monkeypatch, hubspot_remote.url)
     pack = write(tmp_path, "demo.yaml", demo_manifest(hubspot_remote.url))
     result = await verify(db_dsn, pack, "sandbox-idempotent")
     assert result.exit_code == 1, result.output
@@ -121,7 +127,7 @@ async def test_the_demo_packs_claims_hold_on_the_generous_sandbox(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CONNECTOR_PUSH_CREDENTIAL_ENV_SANDBOX_TOKEN", TOKEN)
+    bind_sandbox_token(monkeypatch, remote.url)
     pack = write(tmp_path, "demo.yaml", demo_manifest(remote.url))
     idempotent = await verify(db_dsn, pack, "sandbox-idempotent")
     assert idempotent.exit_code == 0, idempotent.output
@@ -190,6 +196,9 @@ async def test_verify_errors_are_clear_and_send_nothing(
     missing = await verify(db_dsn, pack, "hubspot-objects")
     assert missing.exit_code == 2
     assert "CONNECTOR_PUSH_CREDENTIAL_ENV_HUBSPOT_TOKEN" in missing.output
+    set_credential(monkeypatch, "http://127.0.0.1:9")  # bound to another host: not sent
+    unbound = await verify(db_dsn, pack, "hubspot-objects")
+    assert unbound.exit_code == 2 and "not bound to host" in unbound.output
     unknown = await verify(db_dsn, pack, "no-such-profile")
     assert unknown.exit_code == 2 and "hubspot-objects" in unknown.output
     assert (await hubspot_admin.limits()).admitted == []
