@@ -50,7 +50,9 @@ manifest::text AS manifest, manifest_digest, active, created_at, activated_at, d
 
 # Serialises applies per owner key, so two concurrent applies of one pack cannot
 # both decide "changed" from the same active row.
-LOCK_OWNER_KEY: Final = "SELECT pg_advisory_xact_lock(hashtextextended('pack_install:' || $1, 0))"
+# The apply lock's key for owner key $1 (`lock_owner_key`; db.slot_guard shares it).
+OWNER_APPLY_KEY: Final = "hashtextextended('pack_install:' || $1, 0)"
+LOCK_OWNER_KEY: Final = f"SELECT pg_advisory_xact_lock({OWNER_APPLY_KEY})"
 
 # With the slots whose createPath change awaits validation (C-8), in the same statement:
 # admission reads the active install once per batch and owner, and this rides along.

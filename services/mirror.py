@@ -13,10 +13,13 @@ import asyncpg
 from temporalio.exceptions import ApplicationError
 
 from db import links as q
+from db import slot_guard
 from db.errors import invariant_errors
 from db.records import Conn
+from protocol.drift import DriftSurface
 from protocol.errors import ActivityErrorType, MirrorStatus
 from protocol.messages import StepKind
+from services.packs import REMOVED_SLOT_REASON
 from services.record_store import PostgresRecordStore
 from services.rows import link_values, writeback_of
 
@@ -55,12 +58,21 @@ async def finalize_with_mirror(
             type=ActivityErrorType.TRANSITION_CONFLICT.value,
             non_retryable=True,
         )
+    # C-9: no apply commits between the link's birth and its check against the active
+    # install (the apply suspends only the links it finds).
+    await slot_guard.lock_owner_key_shared(conn, attempt["connector_owner_key"])
     status = await _mirror(conn, attempt, give_up=False)
     link = link_values(attempt, remote_id)
     if status is not None:
         link["mirror_status"] = status.value
     with invariant_errors():
         await q.insert_link(conn, link)
+    # A create sent before its slot was removed still records the object it made, and
+    # the link is born suspended, as the apply suspended the others (never finalized
+    # under a slot the active pack lacks, G-4).
+    await slot_guard.suspend_if_slot_gone(
+        conn, link["link_key"], REMOVED_SLOT_REASON, DriftSurface.ACTION_RECREATED.value
+    )
     if status is None:  # the CAS conflicted: the write_mirror activity retries the mirror
         return StepKind.WRITEBACK_PENDING
     await _mirrored(conn, attempt, status)

@@ -160,3 +160,32 @@ async def test_writeback_pending_finishes_its_mirror_whatever_changed(
     assert attempts == 1
     creates = await stack.sandbox.ledger(object_type="contacts", kind="create")
     assert [e.object_id for e in creates] == [pending["remote_id"]]
+
+
+async def test_a_create_answered_after_its_slot_was_removed_is_born_suspended(
+    stack: Stack, remote: BackgroundSandbox, hooks: SeamHooks
+) -> None:
+    """C-9, G-4: the contact slot is recreated under a new id (no lineage) while the POST
+    is in flight (between its answer and its application). The object exists at the remote,
+    so the link records it, but it is born suspended (`drift:action_recreated`), as the
+    apply suspended the links it found: never finalized under a slot the active pack lacks.
+    Found by the chaos campaign's side paths; fails without services.mirror's check."""
+
+    def recreated(doc: Doc) -> None:
+        doc["actionSlots"][CONTACT]["id"] = "push-contact-v2"
+        for slot in doc["actionSlots"]:
+            for association in slot.get("associations", []):
+                if association["targetActionSlot"] == "push-contact":
+                    association["targetActionSlot"] = "push-contact-v2"
+        doc["lineage"] = []
+
+    hooks.at_answer = [applying(stack, remote, recreated)]
+    decision = await stack.push("c-001")
+    assert isinstance(decision, CreateReserved), decision
+    key = contact_key("c-001")
+    attempt = await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
+    link = await stack.link(key)
+    assert link is not None and link["remote_id"] == attempt["remote_id"]
+    assert link["status"] == "suspended_drift"
+    assert link["suspend_reason"] == "drift:action_recreated"
+    assert len(await stack.sandbox.ledger(object_type="contacts", kind="create")) == 1
