@@ -249,7 +249,7 @@ WITH target AS (
     ORDER BY link_key COLLATE "C" FOR UPDATE
 ), gone AS (
     UPDATE connector_remote_link l
-    SET status = 'suspended_drift', suspend_reason = $3,
+    SET status = 'suspended_drift', suspend_reason = $3, wake_pending = true,
         drift_findings = jsonb_build_array(jsonb_build_object(
             'surface', $4::text, 'disposition', 'fail_closed',
             'detail', 'action slot ' || quote_literal(l.action_slot_id)

@@ -24,11 +24,26 @@ SELECT link_key FROM (
     SELECT link_key FROM connector_patch_dispatch
     WHERE status = ANY($4::text[]) AND dispatch_lane = ANY($5::text[])
       AND updated_at <= now() - $6::interval
+    UNION
+    -- suspended where no run was going (migration 0290): woken once, to be listed
+    SELECT link_key FROM connector_remote_link WHERE wake_pending
 ) AS work
 WHERE $1::text IS NULL OR link_key > $1
 ORDER BY link_key
 LIMIT $2
 """
+
+
+# After their wake-up: the flag is cleared once the signal-with-start was accepted.
+WOKEN: Final = """
+UPDATE connector_remote_link SET wake_pending = false
+WHERE link_key = ANY($1::text[]) AND wake_pending
+"""
+
+
+async def woken(conn: Conn, keys: list[str]) -> None:
+    """Clear the wake flag of `keys` (their workflows were signalled)."""
+    await conn.execute(WOKEN, keys)
 
 
 async def links_with_pending_work(

@@ -39,5 +39,8 @@ async def wake_page(
             await wake_link(client, task_queue, key, None, facts=facts.get(key))
 
     await asyncio.gather(*(wake(key) for key in keys))
+    if keys:
+        async with pool.acquire() as conn:
+            await q.woken(conn, keys)
     full = len(keys) == page.limit
     return RelayPageResult(woken=len(keys), last_key=keys[-1] if full else None)

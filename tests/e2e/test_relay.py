@@ -22,11 +22,14 @@ from cli.stack.temporal import TemporalDevServer
 from protocol.admission import AdmissionDecision, CreateReserved, SaveRequest
 from protocol.relay import RelayInput, RelayResult
 from sandbox.client import SandboxClient
+from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import OWNER, Stack, contact_key, deal_key
+from tests.e2e.patch_support import Doc, apply_edit
 from tests.e2e.rig import Rig, private_temporal, rig_on
 from tests.e2e.support import eventually
 from worker.crm import report_save, workflow_id
 from worker.schedules import ensure_relay_schedule, relay_schedule_id
+from workflows import search_attributes as sa
 from workflows.relay import RelayWorkflow
 
 
@@ -172,3 +175,43 @@ async def test_saves_admitted_during_a_temporal_outage_are_dispatched_once_after
         await eventually(lambda k=key: stack.attempt(k), lambda a: a["status"] == "finalized")
     assert len(await _creates(stack.sandbox, "contacts")) == 1
     assert len(await _creates(stack.sandbox, "deals")) == 1
+
+
+async def test_a_link_suspended_by_a_slot_removal_is_woken_once_and_listed(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """WF-4, C-9 (found by the chaos campaign's pack_apply actor): `pack apply` suspends
+    the finalized links of a removed action slot where no workflow runs. They are flagged,
+    and the relay wakes each once: its run loads the link, finds it suspended and stays
+    open with NeedsOperator, so the operator's query lists it; the flag is cleared."""
+    await stack.push("c-001")
+    key = contact_key("c-001")
+    await eventually(lambda: stack.attempt(key), lambda a: a["status"] == "finalized")
+    await eventually(
+        lambda: stack.handle(key).describe(),
+        lambda d: d.status is WorkflowExecutionStatus.COMPLETED,
+    )
+
+    def recreated(doc: Doc) -> None:
+        doc["actionSlots"][0]["id"] = "push-contact-v2"
+        for slot in doc["actionSlots"]:
+            for association in slot.get("associations", []):
+                if association["targetActionSlot"] == "push-contact":
+                    association["targetActionSlot"] = "push-contact-v2"
+        doc["lineage"] = []
+
+    await apply_edit(stack.pool, remote, recreated)
+    link = await stack.link(key)
+    assert link is not None and link["status"] == "suspended_drift" and link["wake_pending"]
+    assert (await _relay(stack, min_age_seconds=3600)).woken == 1  # flagged: no age wait
+    described = await eventually(
+        lambda: stack.handle(key).describe(),
+        lambda d: (
+            d.status is WorkflowExecutionStatus.RUNNING
+            and d.typed_search_attributes.get(sa.NEEDS_OPERATOR) is True
+        ),
+    )
+    assert described.status is WorkflowExecutionStatus.RUNNING
+    link = await stack.link(key)
+    assert link is not None and not link["wake_pending"]
+    assert (await _relay(stack, min_age_seconds=0)).woken == 0  # once
