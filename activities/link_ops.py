@@ -59,9 +59,14 @@ class LinkOpsActivities:
 
     @activity.defn
     async def apply_operator_action(self, input: OperatorActionInput) -> OperatorResult:
-        """Apply one operator update under the link lock, re-checking it against Postgres."""
+        """Apply one operator update under the link lock, re-checking it against Postgres;
+        the audit entry names the client identity of the update that carried it (S-5)."""
+        info = activity.info()
+        identity = await link_ops.update_identity(
+            activity.client(), info.workflow_id, info.workflow_run_id, input.update_id
+        )
         step = link_step(self._pool, self._http, self._hooks)
         try:
-            return await link_ops.operator_action(step, input)
+            return await link_ops.operator_action(step, input, identity)
         except StepFailed as error:
             raise step_error(error) from None

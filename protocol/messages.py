@@ -217,6 +217,9 @@ class OperatorActionInput(Message):
     evidence: str | None = None
     reserve_next: bool = False
     new_idempotency_key: str | None = None
+    # S-5: the update that carried the action, so the activity can read the client
+    # identity the server recorded for it (None in histories older than the field).
+    update_id: str | None = None
 
 
 class OperatorResult(Message):

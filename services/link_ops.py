@@ -4,6 +4,8 @@ under the link key's lock; what each does to the rows is `services.operator`'s."
 
 from __future__ import annotations
 
+from temporalio.client import Client
+
 from db import links as q
 from db import patches as pq
 from protocol.errors import ActivityErrorType as E
@@ -42,13 +44,37 @@ async def park_exhausted(step: LinkStep, key: str, error: str) -> StepResult:
         return await settled(conn, key)
 
 
-async def operator_action(step: LinkStep, input: OperatorActionInput) -> OperatorResult:
-    """Apply one operator update under the link lock, re-checking it against Postgres."""
+async def operator_action(
+    step: LinkStep, input: OperatorActionInput, temporal_identity: str | None = None
+) -> OperatorResult:
+    """Apply one operator update under the link lock, re-checking it against Postgres;
+    `temporal_identity` goes to the audit entry beside the declared operator (S-5)."""
     etag = await _refreshed_etag(step, input)
     async with step.tx(input.link_key) as conn:
         await lock_link(conn, input.link_key)
-        message = await apply_operator_action(conn, input, view, etag)
+        message = await apply_operator_action(conn, input, view, etag, temporal_identity)
         return OperatorResult(accepted=True, message=message, view=await view(conn, input.link_key))
+
+
+async def update_identity(
+    client: Client, workflow_id: str | None, run_id: str | None, update_id: str | None
+) -> str:
+    """S-5: the client identity the Temporal server recorded for update `update_id` of
+    this run (its accepted event); the worker's own, marked as such, when the history has
+    none (an action scheduled before updates carried their id).
+
+    One history read per operator action: they are rare, and the accepted event precedes
+    the activity's scheduling, so it is there when the activity runs.
+    """
+    if update_id is not None and workflow_id is not None:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        async for event in handle.fetch_history_events():
+            if not event.HasField("workflow_execution_update_accepted_event_attributes"):
+                continue
+            meta = event.workflow_execution_update_accepted_event_attributes.accepted_request.meta
+            if meta.update_id == update_id:
+                return meta.identity
+    return f"{client.identity} (the worker's: update {update_id} not found in the history)"
 
 
 async def _refreshed_etag(step: LinkStep, input: OperatorActionInput) -> Refresh:

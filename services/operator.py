@@ -67,7 +67,11 @@ def _refuse(message: str) -> ApplicationError:
 
 
 async def apply_operator_action(
-    conn: Conn, input: OperatorActionInput, view_of: ViewFn, refresh: Refresh = None
+    conn: Conn,
+    input: OperatorActionInput,
+    view_of: ViewFn,
+    refresh: Refresh = None,
+    temporal_identity: str | None = None,
 ) -> str:
     """Apply `input` in the caller's transaction; raise a non-retryable refusal otherwise.
 
@@ -85,12 +89,12 @@ async def apply_operator_action(
         conn, "connector_remote_link", "link_key", input.link_key, input.operator, input.reason
     )
     after = await view_of(conn, input.link_key)
-    await audit_q.append(conn, _audit_entry(input, view, after, message))
+    await audit_q.append(conn, _audit_entry(input, view, after, message, temporal_identity))
     return message
 
 
 def _audit_entry(
-    input: OperatorActionInput, before: LinkView, after: LinkView, message: str
+    input: OperatorActionInput, before: LinkView, after: LinkView, message: str, who: str | None
 ) -> AuditEntry:
     arguments = input.model_dump(
         mode="json", include={"remote_id", "evidence", "reserve_next", "new_idempotency_key"}
@@ -104,6 +108,7 @@ def _audit_entry(
         state_before=_audited_state(before),
         state_after=_audited_state(after),
         outcome=message,
+        temporal_identity=who,  # S-5: the update's client, beside the declared operator
     )
 
 

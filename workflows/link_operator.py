@@ -70,12 +70,14 @@ class LinkOperatorUpdates:
         return result
 
     def _action(self, action: OperatorAction, request: OperatorInput) -> OperatorActionInput:
+        update = workflow.current_update_info()  # set: every caller is an update handler
         return OperatorActionInput(
             link_key=self._state.link_key,
             action=action,
             operator=request.operator,
             reason=request.reason,
             accepted_at=workflow.now(),
+            update_id=update.id if update is not None else None,
         )
 
     def _validate(self, action: OperatorAction, model: type[InputT], raw: object) -> InputT:
