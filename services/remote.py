@@ -7,6 +7,7 @@ about to leave; a request cut before any byte of it was written is `not_sent`, o
 after is a timeout that may have landed. The answer is read within the same deadline
 and the bounds of S-6 (size, nesting, `Retry-After`). A credential leaves only for a host
 bound to it (S-3, `services.credentials`): this is the one sender, so no path skips it.
+A production worker's client refuses `http://` before connecting (`services.plain_http`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from protocol.request import wire_body
 from protocol.snapshots import ProfileSnapshot
 from protocol.timeouts import request_deadline_s
 from services.credentials import CredentialNotBound, bind_credential
+from services.plain_http import PlainHttpRefused
 
 _tracer = trace.get_tracer(__name__)
 log = logging.getLogger(__name__)
@@ -136,6 +138,9 @@ async def _exchange(
     except TimeoutError:
         # G-7: the deadline passed; before a byte was written the request never left.
         return Observation(transport=Transport.TIMEOUT if watch.written else Transport.NOT_SENT)
+    except PlainHttpRefused as refused:  # fail closed (S-3): provably never left
+        log.warning("remote %s refused before sending: %s", request.method, refused)
+        return Observation(transport=Transport.NOT_SENT)
     except httpx.TransportError as error:
         return Observation(transport=_classify(error, watch))
     except _Unusable as unusable:

@@ -12,13 +12,23 @@ from worker.failures import DATA_CONVERTER
 from worker.settings import RuntimeSettings
 
 
-def _tls(settings: RuntimeSettings) -> TLSConfig | bool:
-    if settings.temporal_tls_cert and settings.temporal_tls_key:
+def tls_config(settings: RuntimeSettings) -> TLSConfig | bool:
+    """How the client reaches the frontend: a client certificate (mTLS) and a private CA
+    (`TEMPORAL_TLS_CA`, S-3) when set, read now; else TLS with the system roots when
+    `TEMPORAL_TLS` or an API key asks for it; else plain gRPC."""
+    ca, cert, key = settings.temporal_tls_ca, settings.temporal_tls_cert, settings.temporal_tls_key
+    mtls = bool(cert and key)
+    if ca or mtls:
         return TLSConfig(
-            client_cert=Path(settings.temporal_tls_cert).read_bytes(),
-            client_private_key=Path(settings.temporal_tls_key).read_bytes(),
+            server_root_ca_cert=_read(ca),
+            client_cert=_read(cert) if mtls else None,
+            client_private_key=_read(key) if mtls else None,
         )
     return settings.temporal_tls or settings.temporal_api_key is not None
+
+
+def _read(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
 
 
 def sdk_runtime(settings: RuntimeSettings) -> Runtime | None:
@@ -41,7 +51,7 @@ async def connect_temporal(settings: RuntimeSettings, runtime: Runtime | None = 
         namespace=settings.temporal_namespace,
         data_converter=DATA_CONVERTER,
         interceptors=[TracingInterceptor()],
-        tls=_tls(settings),
+        tls=tls_config(settings),
         api_key=api_key.get_secret_value() if api_key else None,
         runtime=runtime,
     )

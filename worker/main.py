@@ -65,7 +65,12 @@ def check_configuration(settings: RuntimeSettings) -> None:
     cert, key = settings.temporal_tls_cert, settings.temporal_tls_key
     if bool(cert) != bool(key):
         raise Misconfigured("TEMPORAL_TLS_CERT/TEMPORAL_TLS_KEY", "set both or neither")
-    for variable, path in (("TEMPORAL_TLS_CERT", cert), ("TEMPORAL_TLS_KEY", key)):
+    files = (
+        ("TEMPORAL_TLS_CERT", cert),
+        ("TEMPORAL_TLS_KEY", key),
+        ("TEMPORAL_TLS_CA", settings.temporal_tls_ca),
+    )
+    for variable, path in files:
         if path and not _readable_file(path):
             raise Misconfigured(variable, "is not a readable file")
 
@@ -112,7 +117,8 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
         await ensure_relay_schedule(client, settings.task_queue)
         await ensure_prune_schedule(client, settings.task_queue, settings.prune_input())
         await ensure_rate_limits(client, pool, settings.task_queue)
-        async with remote_http_client() as http:
+        _say_plain_http_allowed(settings)
+        async with remote_http_client(refuse_plain=settings.refuses_plain_http()) as http:
             worker = build_worker(
                 client,
                 pool,
@@ -132,6 +138,15 @@ async def run_worker(settings: RuntimeSettings, stop: asyncio.Event | None = Non
                 await asyncio.gather(*housekeeping, return_exceptions=True)
     finally:
         await pool.close()
+
+
+def _say_plain_http_allowed(settings: RuntimeSettings) -> None:
+    """S-3: a production worker that may send over plain http says so at every start."""
+    if settings.deployment_profile == "production" and settings.allow_plain_http:
+        log.warning(
+            "production profile allows plain http (CONNECTOR_PUSH_ALLOW_PLAIN_HTTP): "
+            "requests to http:// remotes, and their credentials, are sent unencrypted"
+        )
 
 
 def _status_gauges(

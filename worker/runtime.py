@@ -19,6 +19,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from protocol.action_callback import CallbackTarget
 from protocol.timeouts import REMOTE_HTTP_TIMEOUT, WORKER_GRACEFUL_SHUTDOWN
 from services.dispatch_hooks import DispatchHooks
+from services.plain_http import refuse_plain_http
 from services.rate_limit import current_budget_rates, ensure_fairness_limit
 from worker import registry
 from worker.failures import DATA_CONVERTER, is_configured
@@ -150,10 +151,14 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def remote_http_client() -> httpx.AsyncClient:
-    """The shared HTTP client for remote calls; its timeout is below start-to-close (REC-1)."""
+def remote_http_client(*, refuse_plain: bool = False) -> httpx.AsyncClient:
+    """The shared HTTP client for remote calls; its timeout is below start-to-close (REC-1).
+
+    `refuse_plain` (`RuntimeSettings.refuses_plain_http`, S-3): every `http://` request of
+    this client, a profile's or a completion's, is refused before it connects."""
     seconds = REMOTE_HTTP_TIMEOUT.total_seconds()
     return httpx.AsyncClient(
+        event_hooks={"request": [refuse_plain_http] if refuse_plain else []},
         verify=tls_context(),
         timeout=httpx.Timeout(seconds),
         limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),

@@ -64,6 +64,12 @@ class RuntimeSettings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("TEMPORAL_TLS_KEY", "CONNECTOR_PUSH_TEMPORAL_TLS_KEY"),
     )
+    # A PEM of the CA that signed the frontend's certificate, for a frontend behind a
+    # private CA (S-3); implies TLS. Unset: the system roots.
+    temporal_tls_ca: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("TEMPORAL_TLS_CA", "CONNECTOR_PUSH_TEMPORAL_TLS_CA"),
+    )
     task_queue: str = "connector-push"
     otel_exporter: OtelExporter = "none"
     otel_endpoint: str | None = None
@@ -76,6 +82,9 @@ class RuntimeSettings(BaseSettings):
     log_json: bool = True
     # CONNECTOR_PUSH_DEPLOYMENT_PROFILE; development unless the deployment says otherwise.
     deployment_profile: DeploymentProfile = "development"
+    # CONNECTOR_PUSH_ALLOW_PLAIN_HTTP: in production, the one named exception that lets the
+    # worker send to an `http://` remote (S-3); logged at start. Ignored in development.
+    allow_plain_http: bool = False
     # OPS-3: an age such as `30d` turns on the worker's daily prune; off when unset.
     prune_older_than: str | None = None
     prune_keep_patches: int = Field(default=DEFAULT_KEEP_PATCHES, ge=0)
@@ -107,6 +116,11 @@ class RuntimeSettings(BaseSettings):
         if upper not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
             raise ValueError("CONNECTOR_PUSH_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR")
         return upper
+
+    def refuses_plain_http(self) -> bool:
+        """S-3: a production worker sends nothing over `http://` unless the deployment
+        names the exception (`CONNECTOR_PUSH_ALLOW_PLAIN_HTTP=1`)."""
+        return self.deployment_profile == "production" and not self.allow_plain_http
 
     def require_database_url(self) -> str:
         if self.database_url is None:
