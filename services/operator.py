@@ -246,6 +246,8 @@ async def _suspend_if_drifted(conn: Conn, link_key: str, active: ActiveMetadata)
     a save would suspend it (DRIFT-2). The suspend reason, or None when it stays."""
     row = await q.link_by_key(conn, link_key)
     assert row is not None, "finalize_with_mirror inserted it"
+    if row["status"] == LinkStatus.SUSPENDED_DRIFT:  # born suspended: its slot is gone
+        return str(row["suspend_reason"])
     closed = [
         f for f in classify(link_snapshot(row), active) if f.disposition is Disposition.FAIL_CLOSED
     ]

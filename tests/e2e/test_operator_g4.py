@@ -51,6 +51,27 @@ def company_slot_recreated(doc: Doc) -> None:
     company["id"] = "push-company-v2"
 
 
+async def ambiguous_company(stack: Stack) -> tuple[str, str]:
+    """Company a-002's create landed at the remote and lost its answer: parked
+    `ambiguous_remote_effect`, listed for an operator. Its link key and the object's id."""
+    await stack.push("c-002")  # the company's primary contact (LANE-2)
+    await eventually(
+        lambda: stack.attempt(contact_key("c-002")), lambda r: r["status"] == "finalized"
+    )
+    await stack.sandbox.add_fault(
+        FaultRuleSpec(method="POST", path="/crm/v3/objects/companies", action="reset_after_effect")
+    )
+    await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
+    key = company_key("a-002")
+    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "ambiguous_remote_effect")
+    await eventually(
+        lambda: stack.handle(key).query(LinkWorkflow.state), lambda v: v.needs_operator
+    )
+    [entry] = await stack.sandbox.ledger(object_type="companies", kind="create")
+    assert entry.object_id is not None
+    return key, entry.object_id
+
+
 async def test_g4_revalidate_link_refuses_a_fail_closed_finding_it_does_not_settle(
     stack: Stack, cli_env: dict[str, str], remote: BackgroundSandbox
 ) -> None:
@@ -83,27 +104,13 @@ async def test_g4_reconcile_refuses_an_attempt_whose_slot_the_pack_removed(
     pack lacks: refused (exit 1) with the reason and the remedy; the attempt stays
     ambiguous with its evidence, no link, no mirror, no audit entry. Fails on the old main:
     a finalized link under `push-company` appeared."""
-    await stack.push("c-002")  # the company's primary contact (LANE-2)
-    await eventually(
-        lambda: stack.attempt(contact_key("c-002")), lambda r: r["status"] == "finalized"
-    )
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="POST", path="/crm/v3/objects/companies", action="reset_after_effect")
-    )
-    await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
-    key = company_key("a-002")
-    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "ambiguous_remote_effect")
-    await eventually(
-        lambda: stack.handle(key).query(LinkWorkflow.state), lambda v: v.needs_operator
-    )
-    [entry] = await stack.sandbox.ledger(object_type="companies", kind="create")
-    assert entry.object_id is not None
+    key, object_id = await ambiguous_company(stack)
     await apply_edit(stack.pool, remote, company_slot_recreated)
     before = await stack.attempt(key)
     record = await stack.pool.fetchval(
         "SELECT fields FROM crm_record WHERE source_object = 'Account' AND record_id = 'a-002'"
     )
-    args = ["reconcile", key, "--remote-id", entry.object_id, "--evidence", "ledger", *WHO]
+    args = ["reconcile", key, "--remote-id", object_id, "--evidence", "ledger", *WHO]
     result = await _cli(cli_env, *args)
     assert result.exit_code == 1, result.output
     assert "not reconciled: reconcile does not apply (G-4)" in result.output
@@ -134,23 +141,9 @@ async def test_g4_reconcile_under_a_fail_closed_finding_leaves_the_link_suspende
     other than a removed slot does not keep the attempt parked; but the link it makes is
     never left `finalized`: it is suspended at once with the findings, and the answer says
     how to go on. Fails on the old main: the link was finalized under the drift."""
-    await stack.push("c-002")  # the company's primary contact (LANE-2)
-    await eventually(
-        lambda: stack.attempt(contact_key("c-002")), lambda r: r["status"] == "finalized"
-    )
-    await stack.sandbox.add_fault(
-        FaultRuleSpec(method="POST", path="/crm/v3/objects/companies", action="reset_after_effect")
-    )
-    await stack.push("a-002", slot="push-company", obj="Account", dest="remote-companies")
-    key = company_key("a-002")
-    await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "ambiguous_remote_effect")
-    await eventually(
-        lambda: stack.handle(key).query(LinkWorkflow.state), lambda v: v.needs_operator
-    )
-    [entry] = await stack.sandbox.ledger(object_type="companies", kind="create")
-    assert entry.object_id is not None
+    key, object_id = await ambiguous_company(stack)
     await apply_edit(stack.pool, remote, company_scope_changed)
-    args = ["reconcile", key, "--remote-id", entry.object_id, "--evidence", "ledger", *WHO]
+    args = ["reconcile", key, "--remote-id", object_id, "--evidence", "ledger", *WHO]
     result = await _cli(cli_env, *args)
     assert result.exit_code == 0, result.output
     assert "the link is suspended (drift:remote_scope)" in result.output
@@ -158,5 +151,5 @@ async def test_g4_reconcile_under_a_fail_closed_finding_leaves_the_link_suspende
     assert (await stack.attempt(key))["status"] == "finalized"
     link = await stack.link(key)
     assert link is not None and link["status"] == "suspended_drift"
-    assert link["remote_id"] == entry.object_id
+    assert link["remote_id"] == object_id
     assert link["suspend_reason"] == "drift:remote_scope"
