@@ -39,6 +39,7 @@ ROW_DIGEST_EXCLUDED_COLUMNS: Final = frozenset(
         "last_operator",
         "last_operator_reason",
         "last_operator_at",
+        "wake_pending",  # the relay's flag (migration 0290), not a fact of the link
     }
 )
 

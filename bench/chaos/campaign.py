@@ -115,7 +115,7 @@ async def _chaos_phase(
             process.restarts(until, long_outages),
             process.revive_workers(until),
             operator.run(until),
-            side.run(until),
+            side.run(until) if cfg.side_paths else asyncio.sleep(0),
             observers.sampler.run(until),
         )
         await sandbox_faults.off()

@@ -1,4 +1,5 @@
-"""Campaign settings from the environment: `CHAOS_SEED`, `CHAOS_SECONDS`, `CHAOS_SETTLE_SECONDS`."""
+"""Campaign settings from the environment: `CHAOS_SEED`, `CHAOS_SECONDS`, `CHAOS_SETTLE_SECONDS`,
+`CHAOS_SIDE_PATHS` (0: the main path's actors only, as before issue 50's side paths)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class ChaosConfig:
     workers: int = 2
     results: Path = RESULTS
     workdir: Path | None = None  # where the stack's data and logs go (default: the temp dir)
+    side_paths: bool = True  # issue 50's side-path actors (pack apply, two-slot saves, ...)
 
     @classmethod
     def from_env(cls) -> ChaosConfig:
@@ -30,6 +32,7 @@ class ChaosConfig:
             settle_seconds=float(os.environ.get("CHAOS_SETTLE_SECONDS", default_settle)),
             results=Path(os.environ.get("CHAOS_RESULTS", str(RESULTS))),
             workdir=Path(os.environ["CHAOS_WORKDIR"]) if "CHAOS_WORKDIR" in os.environ else None,
+            side_paths=os.environ.get("CHAOS_SIDE_PATHS", "1") != "0",
         )
 
     @property

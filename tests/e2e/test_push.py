@@ -127,7 +127,7 @@ async def test_piped_push_writes_plain_progress_lines_to_stderr_and_json_to_stdo
     assert re.fullmatch(
         r"push: admitted [01], finalized [01], parked 0, rejected [01], "
         r"skipped 0 linked \+ 0 active; [\d.]+ admitted/s, [\d.]+ finalized/s; "
-        r"[0-2] saves left, time left ~\d+s at the budget's pace \(10\.0 requests/s\)",
+        r"[0-2] saves left, time left ~\d+s at the budget's pace \(9\.9 requests/s\)",
         progress[0],
     ), progress[0]
     assert "\x1b" not in result.stderr and "push: " not in result.stdout
