@@ -135,7 +135,7 @@ def _fields(pack: Any, ingress: Any) -> set[str]:
 
 
 # Example packs whose declared remote answers (PROF-1, PROF-5) no runtime literal may be.
-ANSWER_PACKS = ("demo-pack.yaml", "salesforce.yaml")
+ANSWER_PACKS = ("demo-pack.yaml", "hubspot.yaml", "salesforce.yaml")
 
 
 def _declared_answers(pack: Any) -> set[str]:
