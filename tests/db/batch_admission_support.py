@@ -4,24 +4,27 @@ records, links, attempts and an adopted legacy link, revalidated after its pack 
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import yaml
 
 from db import links as links_q
+from db import packs as packs_q
 from db.records import Conn
 from protocol.admission import (
     SaveRequest,
 )
 from protocol.identity import link_key
+from protocol.manifest import parse_manifest
 from protocol.revalidation_manifest import Approval
+from protocol.snapshots import manifest_digest
 from services.admission import admit_locked
 from services.admission_facts import SaveToAdmit
 from services.backfill import apply_backfill
-from services.packs import apply_pack
+from services.packs import ACTION_SLOT, apply_pack
 from services.record_loader import load_records, parse_records_document
 from services.revalidation_owner import OwnerOutcome, OwnerRequest, revalidate_owner
 
@@ -92,9 +95,27 @@ async def apply_legacy_pack(conn: Conn, document: dict[str, Any]) -> None:
     """Install `document` as an install made before G-2's apply check was: two action
     slots of one source object at one remote destination, with no `separateOwnership`.
     `pack apply` refuses such a pack now; installs from before it still exist, and the
-    admission gate (G-2) must hold for them too."""
-    with patch("services.packs.check_installable", lambda manifest: manifest):
-        await apply_pack(conn, document)
+    admission gate (G-2) must hold for them too. Written as an install of that time was:
+    the install row and its lineage, under the owner's apply lock, through db.packs."""
+    manifest = parse_manifest(document)
+    owner = manifest.connector_owner_key
+    async with conn.transaction():
+        await packs_q.lock_owner_key(conn, owner)
+        current = await packs_q.select_active_install(conn, owner)
+        previous = current.pack_install_id if current else None
+        if previous is not None:
+            assert await packs_q.deactivate_install(conn, previous)
+        dumped = json.dumps(manifest.model_dump(mode="json", by_alias=True))
+        new = await packs_q.insert_active_install(
+            conn, owner, manifest.namespace, dumped, manifest_digest(manifest), previous
+        )
+        lineage = [
+            packs_q.LineageRow(
+                new.pack_install_id, ACTION_SLOT, e.kind.value, e.from_slot, e.to_slot
+            )
+            for e in manifest.lineage
+        ]
+        await packs_q.insert_lineage(conn, new.pack_install_id, lineage)
 
 
 async def seed(conn: Conn) -> None:

@@ -20,6 +20,7 @@ from sandbox.faults import FaultRuleSpec
 from sandbox.server import BackgroundSandbox
 from services import remote
 from tests.e2e.conftest import demo_manifest
+from tests.e2e.support import eventually
 from worker.runtime import remote_http_client
 
 CONTACTS = "/crm/v3/objects/contacts"
@@ -91,8 +92,7 @@ async def test_g7_a_deadline_passing_in_the_pool_wait_is_not_sent(
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1)) as http:
         hanging = asyncio.create_task(_post(http, profile))
         try:
-            while not await sandbox.ledger():  # the first request holds the connection
-                await asyncio.sleep(0.05)
+            await eventually(sandbox.ledger, bool)  # the first request holds the connection
             started = time.monotonic()
             obs = await _post(http, profile, _deadline_in(1.0))
             assert time.monotonic() - started < 3.0
