@@ -58,56 +58,33 @@ ORDER BY 1, 2
 
 _ERASED: Final = "\nSELECT count(*) FROM erased\n"
 
-ERASE_ATTEMPTS: Final = (
-    _RECORD
-    + """, erased AS (
-    UPDATE connector_push_attempt SET values_erased_at = now()
-    WHERE source_object = $1 AND source_record_id = $2 AND values_erased_at IS NULL
-    RETURNING 1
-)"""
-    + _ERASED
-)
 
-ERASE_PATCHES: Final = (
-    _RECORD
-    + """, erased AS (
-    UPDATE connector_patch_dispatch SET values_erased_at = now()
-    WHERE link_key IN (SELECT link_key FROM keys) AND values_erased_at IS NULL
+def _erase(table: str, rows: str) -> str:
+    """Stamp `values_erased_at` on the record's not-yet-erased rows of `table` that `rows`
+    names; the trigger of migration 0225 then swaps the values for the marker."""
+    return (
+        _RECORD
+        + f""", erased AS (
+    UPDATE {table} SET values_erased_at = now()
+    WHERE ({rows}) AND values_erased_at IS NULL
     RETURNING 1
 )"""
-    + _ERASED
-)
+        + _ERASED
+    )
 
-ERASE_EVENTS: Final = (
-    _RECORD
-    + """, erased AS (
-    UPDATE connector_event SET values_erased_at = now()
-    WHERE event_id IN (SELECT event_id FROM events) AND values_erased_at IS NULL
-    RETURNING 1
-)"""
-    + _ERASED
-)
 
-ERASE_ACTION_EXECUTIONS: Final = (
-    _RECORD
-    + """, erased AS (
-    UPDATE workflow_action_execution SET values_erased_at = now()
-    WHERE execution_id IN (SELECT execution_id FROM executions) AND values_erased_at IS NULL
-    RETURNING 1
-)"""
-    + _ERASED
+ERASE_ATTEMPTS: Final = _erase(
+    "connector_push_attempt", "source_object = $1 AND source_record_id = $2"
 )
-
-ERASE_RECEIPTS: Final = (
-    _RECORD
-    + """, erased AS (
-    UPDATE ingress_receipt SET values_erased_at = now()
-    WHERE (event_id IN (SELECT event_id FROM events)
-           OR receipt_id IN (SELECT receipt_id FROM executions))
-      AND values_erased_at IS NULL
-    RETURNING 1
-)"""
-    + _ERASED
+ERASE_PATCHES: Final = _erase("connector_patch_dispatch", "link_key IN (SELECT link_key FROM keys)")
+ERASE_EVENTS: Final = _erase("connector_event", "event_id IN (SELECT event_id FROM events)")
+ERASE_ACTION_EXECUTIONS: Final = _erase(
+    "workflow_action_execution", "execution_id IN (SELECT execution_id FROM executions)"
+)
+ERASE_RECEIPTS: Final = _erase(
+    "ingress_receipt",
+    "event_id IN (SELECT event_id FROM events)"
+    " OR receipt_id IN (SELECT receipt_id FROM executions)",
 )
 
 # Stored save answers are idempotency records, not evidence: an answer naming one of the
