@@ -45,6 +45,8 @@ SELECT patch_id::text AS patch_id, link_key, status, remote_io_started_at IS NOT
                  AND j.kind = 'send'
              AND send_try_may_have_landed('patch', j.outcome, j.status,
                                               j.not_applied_statuses)) AS journal_possible,
+       ARRAY(SELECT j.sending_at FROM connector_send_journal j
+             WHERE j.patch_id = p.patch_id AND j.kind = 'send') AS send_times,
        body, response_snapshot, last_error, created_at
 FROM connector_patch_dispatch p ORDER BY created_at, patch_id
 """
@@ -151,14 +153,29 @@ class Evidence:
             if not rows:
                 self.foreign_patches.setdefault(key, []).append(entry)
                 continue
-            # Two PATCHes of one link freeze the same body when the record went back to
-            # the values of an earlier save: the remote's entry names the newest of them
-            # that existed when it was applied (not simply the last one, which may have
-            # been built after the earlier PATCH landed, and never sent one that did).
-            applied = _ledger_time(entry.at)
-            earlier = [p for p in rows if p["created_at"] is None or p["created_at"] <= applied]
-            owner = (earlier or rows)[-1]
+            owner = _patch_owner(rows, _ledger_time(entry.at))
             self.patch_entries_of.setdefault(owner["patch_id"], []).append(entry)
+
+
+def _patch_owner(rows: list[dict[str, Any]], applied: datetime) -> dict[str, Any]:
+    """Which of a link's PATCHes with one body the remote applied at `applied`.
+
+    Two PATCHes of one link freeze the same body when a save changed nothing the mapping
+    sends, or the record went back to earlier values; a PATCH row is queued at save time,
+    so a later one may exist, unsent, when the earlier one lands. The owner is the PATCH
+    whose journalled try went out last before the remote applied it (each try's
+    `sending_at` is taken in the gate's transaction, before the request leaves); a ledger
+    entry no journalled try precedes names the newest row that existed then, and the
+    checks report what that row says."""
+    sent = [
+        (max(t for t in p["send_times"] if t <= applied), p)
+        for p in rows
+        if any(t <= applied for t in p.get("send_times") or ())
+    ]
+    if sent:
+        return max(sent, key=lambda pair: pair[0])[1]
+    earlier = [p for p in rows if p["created_at"] is None or p["created_at"] <= applied]
+    return (earlier or rows)[-1]
 
 
 async def read_rows(dsn: str) -> tuple[list[dict[str, Any]], ...]:

@@ -28,6 +28,7 @@ import asyncpg
 
 from bench.chaos.evidence import Evidence
 from protocol.active import ActiveMetadata, resolve_active
+from protocol.audit import AuditCommand
 from protocol.drift import INSTALL_SURFACES, Disposition, Finding, classify
 from protocol.manifest import PackManifest, parse_manifest
 from protocol.operator import OperatorAction
@@ -67,6 +68,17 @@ RECEIPTS_SQL = """
 SELECT link_key, new_pack_install_id::text AS install, created_at
 FROM connector_link_revalidation_receipt
 """
+# The operator actions that leave a link validated under the install active when they ran
+# (protocol.restore_rule): the audit is appended only when the action committed (OPS-2).
+RESTORES_SQL = """
+SELECT link_key, recorded_at FROM connector_operator_audit
+WHERE link_key IS NOT NULL AND command = ANY($1::text[])
+"""
+RESTORE_COMMANDS = (
+    AuditCommand.RECONCILE.value,
+    AuditCommand.REVALIDATE_LINK.value,
+    AuditCommand.REVALIDATE_OWNER.value,
+)
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,8 @@ class History:
     attempts: dict[str, dict[str, Any]]
     patch_links: dict[str, str]
     links: dict[str, dict[str, Any]]
-    validated: dict[str, list[tuple[str, datetime]]]  # link key -> (install, when)
+    validated: dict[str, list[tuple[str, datetime | None]]]  # link key -> (install, when)
+    restored: dict[str, list[datetime]]  # link key -> when an operator action validated it
 
     @property
     def active(self) -> Install | None:
@@ -105,9 +118,10 @@ async def read_history(dsn: str) -> History:
     conn = await asyncpg.connect(dsn)
     try:
         rows = [[dict(r) for r in await conn.fetch(sql)] for sql in _HISTORY_SQL]
+        restores = [dict(r) for r in await conn.fetch(RESTORES_SQL, list(RESTORE_COMMANDS))]
     finally:
         await conn.close()
-    return history_of(*rows)
+    return history_of(*rows, restores)
 
 
 _HISTORY_SQL = (
@@ -121,11 +135,19 @@ _HISTORY_SQL = (
 
 
 def history_of(*rows: list[dict[str, Any]]) -> History:
-    installs, journal, attempts, patches, links, receipts = rows
+    installs, journal, attempts, patches, links, receipts, restores = rows
     previous = {r["id"]: r["previous"] for r in installs}
-    validated: dict[str, list[tuple[str, datetime]]] = defaultdict(list)
+    validated: dict[str, list[tuple[str, datetime | None]]] = defaultdict(list)
     for r in receipts:
         validated[r["link_key"]].append((r["install"], r["created_at"]))
+    for a in attempts:
+        # A link is finalized under the install its succeeding attempt froze (a supersede's
+        # attempt may freeze a newer one than the link's creation): a PATCH follows it.
+        if a["status"] == "succeeded":
+            validated[a["link_key"]].append((str(a["pack_install_id"]), None))
+    restored: dict[str, list[datetime]] = defaultdict(list)
+    for r in restores:
+        restored[r["link_key"]].append(r["recorded_at"])
     return History(
         installs=[
             Install(
@@ -142,6 +164,7 @@ def history_of(*rows: list[dict[str, Any]]) -> History:
         patch_links={p["patch_id"]: p["link_key"] for p in patches},
         links={link["link_key"]: link for link in links},
         validated=validated,
+        restored=restored,
     )
 
 
@@ -244,6 +267,7 @@ def _patch_refused(h: History, key: str, at: datetime) -> str:
     if link is None:
         return ""
     validations = [(link["created"], None), *h.validated.get(key, [])]
+    validations += [(i.id, w) for w in h.restored.get(key, []) for i in h.near(w)]
     candidates = h.near(at)
     for install in candidates:
         if any(i == install.id and (w is None or w <= at + GRACE) for i, w in validations):

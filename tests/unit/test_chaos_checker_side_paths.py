@@ -3,7 +3,15 @@ cannot fire would prove nothing (bench/chaos/sampler.py, gate_check.py)."""
 
 from __future__ import annotations
 
-from bench.chaos.gate_check import _blocks
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.chaos.evidence import _patch_owner
+from bench.chaos.gate_check import History, _blocks, _patch_refused, history_of
 from bench.chaos.sampler import Sampler
 from protocol.drift import Disposition, DriftSurface, Finding
 from protocol.send_gate import RequestKind
@@ -44,3 +52,57 @@ def test_the_recomputed_gate_refuses_what_the_g1_table_refuses() -> None:
     assert not _blocks(RequestKind.CREATE_RESEND, upgraded)
     assert not _blocks(RequestKind.LOOKUP, closed)  # a GET carries no body
     assert _blocks(RequestKind.LOOKUP, upgraded)  # but a new install routes it (C-4)
+
+
+_T0 = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+
+
+def _patch(pid: str, created_s: float, sends_s: list[float]) -> dict[str, Any]:
+    return {
+        "patch_id": pid,
+        "created_at": _T0 + timedelta(seconds=created_s),
+        "send_times": [_T0 + timedelta(seconds=s) for s in sends_s],
+    }
+
+
+def test_a_patch_queued_before_the_one_that_landed_does_not_own_its_ledger_entry() -> None:
+    # Seed 99: PATCH b (queued at save time, same body) existed when a's PATCH landed, was
+    # then refused by the gate and failed; a, not b, sent what the remote applied.
+    a, b = _patch("a", 0, [1.0]), _patch("b", 1.5, [])
+    assert _patch_owner([a, b], _T0 + timedelta(seconds=2))["patch_id"] == "a"
+    b_sent = _patch("b", 1.5, [3.0])
+    assert _patch_owner([a, b_sent], _T0 + timedelta(seconds=3.5))["patch_id"] == "b"
+    # With no journalled try before the entry, the newest row then existing is named,
+    # so a send the journal missed is still reported against a row.
+    assert _patch_owner([_patch("a", 0, []), b], _T0 + timedelta(seconds=2))["patch_id"] == "b"
+
+
+def _history(
+    attempts: tuple[dict[str, Any], ...] = (), restores: tuple[dict[str, Any], ...] = ()
+) -> History:
+    manifest = json.dumps(yaml.safe_load(Path("examples/demo-pack.yaml").read_text()))
+    installs = [
+        {"id": i, "previous": p, "manifest": manifest, "activated_at": at, "deactivated_at": end}
+        for i, p, at, end in (
+            ("x", None, _T0, _T0 + timedelta(seconds=100)),
+            ("y", "x", _T0 + timedelta(seconds=100), None),
+        )
+    ]
+    link = {"link_key": "k", "created": "x", "action_slot_id": "a", "destination_slot_id": "d"}
+    return history_of(installs, [], list(attempts), [], [link], [], list(restores))
+
+
+def test_c4_counts_every_way_a_link_is_validated_under_an_install() -> None:
+    later = _T0 + timedelta(seconds=200)  # only y is active: the link was created under x
+    assert "validated under none" in _patch_refused(_history(), "k", later)
+    # A supersede's attempt that froze y finalized the link under y.
+    attempt = {"attempt_id": "1", "link_key": "k", "status": "succeeded", "pack_install_id": "y"}
+    assert _patch_refused(_history(attempts=(attempt,)), "k", later) == ""
+    assert "none" in _patch_refused(
+        _history(attempts=({**attempt, "status": "terminal_failed"},)), "k", later
+    )
+    # An operator's revalidate-link (or reconcile) under y, recorded before the PATCH.
+    restore = {"link_key": "k", "recorded_at": _T0 + timedelta(seconds=150)}
+    assert _patch_refused(_history(restores=(restore,)), "k", later) == ""
+    too_late = {"link_key": "k", "recorded_at": later + timedelta(seconds=60)}
+    assert "none" in _patch_refused(_history(restores=(too_late,)), "k", later)
