@@ -37,7 +37,7 @@ lock: $(STAMP)
 # bytecode cache (an editable install compiles nothing, and PYTHONDONTWRITEBYTECODE=1,
 # common in containers and set on our machines, keeps Python from writing one) each
 # re-import compiled the source again: 13% of the worker's busy time in the create
-# benchmark (issue 16). Incremental: only changed modules are compiled again.
+# benchmark (P1). Incremental: only changed modules are compiled again.
 PACKAGES := protocol workflows activities services db worker ingress cli sandbox connector_push_client bench
 bytecode: $(STAMP)
 	@$(BIN)/python -m compileall -q $(PACKAGES)
@@ -57,7 +57,7 @@ fmt: $(STAMP)
 
 # Four test processes, each with its own Postgres, Temporal dev server, sandbox and CLI
 # fork server (the session fixtures): once the CLI tests stopped paying ~3 s of imports per
-# command (issue 31), most of the suite waits on timers and servers rather than the CPU,
+# command, most of the suite waits on timers and servers rather than the CPU,
 # so more processes than cores overlap the waits; the long tests start first
 # (tests/fixtures/schedule.py). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 4
@@ -65,11 +65,11 @@ pytest: bytecode
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 # Lint beside the tests, not before them: the suite leaves a core idle between its waits
-# (issue 31), and lint's half-minute of CPU fits there. Either failing fails `make test`.
+# and lint's half-minute of CPU fits there. Either failing fails `make test`.
 test:
 	$(MAKE) --no-print-directory -j2 lint pytest
 
-# The inner loop before each commit (issue 31): lint, types, import contracts, every test
+# The inner loop before each commit (about a minute): lint, types, import contracts, every test
 # that needs no server (the pure rules in tests/unit, and tests/replay, which replays the
 # recorded histories without one), and the LinkWorkflow's control flow on stub activities
 # (the time-skipping server, ~0.3 s to start; a few seconds in all: STYLE rule 20). Under a
@@ -82,12 +82,12 @@ check: lint
 bench: bytecode
 	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY))
 
-# Issue 34 item 5: N = 100,000 and 1,000,000 on a stock Postgres (bench/scale); parts alone
+# NF-7: N = 100,000 and 1,000,000 on a stock Postgres (bench/scale); parts alone
 # with ONLY=listing,revalidation,push,backfill, one size with N=100000.
 bench-scale: bytecode
 	$(BIN)/python -m bench.scale $(if $(N),--n $(N)) $(if $(ONLY),--only $(ONLY))
 
-# Seeded fault campaign (issue 10): CHAOS_SEED (default 1), CHAOS_SECONDS (default 600).
+# Seeded fault campaign (NF-4): CHAOS_SEED (default 1), CHAOS_SECONDS (default 600).
 chaos: bytecode
 	$(BIN)/python -m bench.chaos
 

@@ -1,5 +1,5 @@
 """`connector-push audit`: the operator audit trail (SPEC OPS-2), newest first, a page at
-a time by cursor (`cli.paging`, issue 34 item 4)."""
+a time by cursor (`cli.paging`, NF-7)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from cli import paging
 from cli.database import AsJson, DatabaseUrl, bad_input, connect
 from cli.database import resolve_dsn as _dsn
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from protocol.audit import AuditRecord
 
 _stdout = Console(highlight=False)
@@ -54,7 +54,7 @@ async def _entries(
 
 def _short(value: object) -> str:
     """Digests and install ids to a recognisable prefix on a terminal (`--json` has them
-    whole); piped output keeps every value whole (issue 13: no truncation when piped)."""
+    whole); piped output keeps every value whole (a script reads what it pipes in full)."""
     text = str(value)
     if not _stdout.is_terminal or len(text) <= 24:
         return text

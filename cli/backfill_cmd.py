@@ -1,6 +1,6 @@
 """`connector-push backfill plan|apply`: adopt legacy links from mirror fields (SPEC MIG-1).
 
-Both stream (issue 34 item 3): records are read in keyset pages and each page's
+Both stream (NF-7): records are read in keyset pages and each page's
 decisions are printed as soon as they are made (a table per page, or with `--json` one
 JSON object per record and a last line with the totals), so memory holds one page at
 any number of records. Progress goes to stderr (`cli.backfill_progress`).
@@ -22,7 +22,7 @@ from cli.database import AsJson, DatabaseUrl, bad_input, connect, resolve_dsn
 from cli.errors import EXIT_REJECTED, fail, required_text
 from protocol.backfill_defaults import DEFAULT_BATCH_SIZE, DEFAULT_OPERATOR
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from cli.backfill_progress import BackfillProgress
     from db.records import Conn
     from protocol.backfill_facts import RecordDecision

@@ -1,4 +1,4 @@
-"""How far `connector-push backfill plan|apply` is (issue 34 item 3), on stderr.
+"""How far `connector-push backfill plan|apply` is (NF-7), on stderr.
 
 On a terminal a bar, once the run looks at more than `PROGRESS_THRESHOLD` records;
 otherwise (a job's log, a pipe) a plain line at most every `interval_s` (the first

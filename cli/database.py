@@ -16,7 +16,7 @@ from rich.markup import escape
 from cli.dsn import ENCODE_HINT, describe_dsn
 from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     import asyncpg
     import yaml
 

@@ -33,7 +33,7 @@ from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import StackError
 from cli.stack.supervisor import Supervisor
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     import asyncio
 
     import httpx

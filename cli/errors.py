@@ -161,7 +161,7 @@ def _require_utf8(arguments: list[str]) -> None:
 
 def _schema_missing(exc: Exception) -> bool:
     """asyncpg's UndefinedTableError, without importing asyncpg: a command that never
-    imported it cannot have raised it (the CLI starts without it, issue 31)."""
+    imported it cannot have raised it (the CLI starts fast without it)."""
     asyncpg_exceptions = sys.modules.get("asyncpg.exceptions")
     missing = getattr(asyncpg_exceptions, "UndefinedTableError", None)
     return isinstance(missing, type) and isinstance(exc, missing)

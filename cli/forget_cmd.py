@@ -13,7 +13,7 @@ from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
 from cli.database import resolve_dsn as _dsn
 from cli.errors import fail
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from services.forget import ForgetInput, ForgetReport
 
 _stdout = Console(highlight=False)

@@ -14,7 +14,7 @@ from rich.markup import escape
 from cli.database import bad_input, read_text_file
 from cli.errors import EXIT_UNAVAILABLE, CliError, fail, load_settings
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from protocol.ingress_policy import IngressPolicy
 
 ConfigOption = Annotated[

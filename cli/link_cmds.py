@@ -1,5 +1,5 @@
 """`save`, `links list|show`, `attempts list|show`: the CRM's entry and the operator's view.
-Lists page by keyset cursor (`cli.paging`, issue 34 item 4)."""
+Lists page by keyset cursor (`cli.paging`, NF-7)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from cli.database import AsJson, DatabaseUrl, connect_postgres, resolve_dsn
 from cli.errors import EXIT_REJECTED, fail
 from protocol.states import AttemptStatus, LinkStatus
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     import asyncpg
 
     from protocol.admission import SaveRequest

@@ -1,6 +1,6 @@
 """`links find` and `links show`: find a link by what you know, then one view of its key
 (SPEC OPS-1, JRN-1). Both answer from Postgres, the source of truth, with `--json` too;
-`find` pages by cursor (`cli.paging`, issue 34 item 4)."""
+`find` pages by cursor (`cli.paging`, NF-7)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from cli.errors import fail
 from protocol.park_reason import ParkReason
 from protocol.states import AttemptStatus, LinkStatus, PatchStatus
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     import asyncpg
 
     from protocol.messages import LinkView
@@ -93,7 +93,7 @@ async def key_view(conn: asyncpg.Connection, key: str, all_patches: bool) -> dic
         "remedy_actions": [a.value for a in remedy.actions] if remedy else [],
         # G-6: what the parked ambiguous attempt's send journal proves (`protocol.landing`).
         "attempt_landing": link_view.attempt_landing,
-        # Issue 33 item 3: not parked; the run resumes by itself at the quota's reset.
+        # A spent daily quota is not parked; the run resumes by itself at the quota's reset.
         "waiting_for_daily_quota_until": await link_waiting_until(conn, key, datetime.now(UTC)),
         "link": link_data,
         "attempts": attempts,

@@ -25,7 +25,7 @@ from rich.markup import escape
 from cli.database import AsJson, DatabaseUrl, open_connection, resolve_dsn
 from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail, required_text
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from pydantic import BaseModel
     from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 

@@ -17,7 +17,7 @@ from cli.database import resolve_dsn as _dsn
 from cli.errors import fail, load_settings, required_text
 from cli.pack_verify import AcceptUnverified, apply_checked, claim_options, verify_command
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from db import packs as q
     from db.records import Conn
     from protocol.manifest import PackManifest

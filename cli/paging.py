@@ -1,4 +1,4 @@
-"""Pages of a listing (issue 34 item 4): `links list`, `links find`, `attempts list` and
+"""Pages of a listing (NF-7): `links list`, `links find`, `attempts list` and
 `audit` read one page at a time by keyset (`--after CURSOR`, never OFFSET), print it as
 a table or as JSON Lines, and say on stderr how to get the next page.
 

@@ -14,7 +14,7 @@ from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
 from cli.database import resolve_dsn as _dsn
 from protocol.retention_defaults import DEFAULT_BATCH_SIZE, DEFAULT_KEEP_PATCHES
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from protocol.retention import PruneInput, PruneReport
 
 _stdout = Console(highlight=False)

@@ -1,7 +1,7 @@
 """`connector-push push`: report a save for every matching record (initial sync, SPEC API-3).
 
 Admission runs in this process against Postgres, a page of records per transaction
-(`cli.push_run`: memory bounded by the page at any size, issue 34 item 2); waking each
+(`cli.push_run`: memory bounded by the page at any size, NF-7); waking each
 workflow is best effort (API-2). Resumable: records already linked, or whose create
 slot is held by an attempt, are skipped before admission, so a second run admits
 nothing for them. Ctrl-C stops admitting; every committed admission stands (the relay
@@ -25,7 +25,7 @@ from cli.database import AsJson, DatabaseUrl, bad_input, echo_json, resolve_dsn
 from cli.errors import EXIT_REJECTED
 from cli.push_progress import PROGRESS_INTERVAL_S
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from cli.push_progress import Tally
 
 EXIT_INTERRUPTED: Final = 130

@@ -1,5 +1,5 @@
 """What `connector-push push` has done so far, and how long the rest takes at the budget's
-pace (issue 33 item 5).
+pace (NF-8).
 
 On a terminal the line is a live display; otherwise (a job's log, a pipe) it is written
 to stderr as a plain line every `PROGRESS_INTERVAL_S`, so an initial sync that runs for
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, TextIO
 
 from protocol.states import AttemptStatus
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     import asyncpg
 
 PARKED: Final = (AttemptStatus.AMBIGUOUS_REMOTE_EFFECT, AttemptStatus.TERMINAL_FAILED)

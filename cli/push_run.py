@@ -1,4 +1,4 @@
-"""The paged engine of `connector-push push` (SPEC API-3; issue 34 item 2): an initial
+"""The paged engine of `connector-push push` (API-3, NF-7): an initial
 sync of any size in memory bounded by one page.
 
 Records are read by keyset over the `crm_record` primary key (source_object,

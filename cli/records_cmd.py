@@ -11,7 +11,7 @@ import typer
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json, read_document
 from cli.database import resolve_dsn as _dsn
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from services.record_loader import LoadSummary, RecordsDocument
 
 

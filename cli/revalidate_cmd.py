@@ -25,7 +25,7 @@ from cli.database import resolve_dsn as _dsn
 from cli.errors import EXIT_REJECTED, CliError, required_text
 from cli.revalidate_views import print_result, stderr, stdout
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from db import packs as packs_q
     from protocol.revalidation import RevalidationResult, RevalidationStatus
     from protocol.revalidation_manifest import ManifestHead

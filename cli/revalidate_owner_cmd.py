@@ -21,7 +21,7 @@ from cli.database import resolve_dsn as _dsn
 from cli.errors import EXIT_REJECTED, required_text
 from cli.revalidate_views import print_result, stderr, stdout
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from services.revalidation import Phase
     from services.revalidation_owner import OwnerOutcome, OwnerRequest, OwnerResult
 

@@ -10,7 +10,7 @@ import typer
 
 from cli.database import bad_input, read_document
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from pydantic import ValidationError
 
     from sandbox.config import RateLimitConfig, SandboxConfig

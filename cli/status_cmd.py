@@ -1,4 +1,4 @@
-"""`connector-push status [--watch] [--json]`: the operator's dashboard (issue 14 item 4).
+"""`connector-push status [--watch] [--json]`: the operator's dashboard (what waits, and why).
 
 The numbers are `services.status.read_status` (one Postgres snapshot), the same
 ones the worker publishes as `connector_push_status_*` gauges; the ingress's 503s
@@ -20,7 +20,7 @@ from rich.table import Table
 from cli.database import AsJson, DatabaseUrl, bad_input, connect, echo_json
 from cli.database import resolve_dsn as _dsn
 
-if TYPE_CHECKING:  # imported where used: the CLI starts without them (issue 31)
+if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     from protocol.status import StatusSnapshot
 
 _stdout = Console(highlight=False)
@@ -107,7 +107,7 @@ def _oldest(s: StatusSnapshot) -> str:
 
 
 def _daily_quotas(s: StatusSnapshot) -> list[str]:
-    """A line per budget with a daily quota (issue 33 item 3): spent of its share, the reset."""
+    """A line per budget with a daily quota (NF-8): spent of its share, the reset."""
     lines = []
     for d in s.daily_quotas:
         allowance = "-" if d.allowance is None else str(d.allowance)

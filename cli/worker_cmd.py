@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
         """Run the worker (needs DATABASE_URL and TEMPORAL_ADDRESS; `make dev` sets both)."""
         import asyncio
 
-        # Here, not at the top: the CLI starts without the worker's imports (issue 31).
+        # Here, not at the top: the CLI starts without the worker's imports (a fast start).
         from cli.entry import temporal_error
         from worker.main import DependencyUnavailable, Misconfigured, run_worker
         from worker.runtime import MissingSearchAttributes

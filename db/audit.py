@@ -19,8 +19,8 @@ from asyncpg import Record
 from db.records import Conn
 from protocol.audit import AuditEntry, AuditRecord
 
-# One statement for any number of entries (a bulk action appends a page at once, issue 16
-# P4); audit ids follow the order of the entries.
+# One statement for any number of entries (a bulk action appends a page at once,
+# bench P4); audit ids follow the order of the entries.
 INSERT_AUDIT: Final = """
 INSERT INTO connector_operator_audit
     (operator, reason, command, link_key, arguments, state_before, state_after, outcome,
@@ -37,7 +37,7 @@ ORDER BY n
 RETURNING audit_id
 """
 
-# A keyset page, newest first (issue 34 item 4): $4 is the audit id a page starts before.
+# A keyset page, newest first (NF-7): $4 is the audit id a page starts before.
 SELECT_AUDIT: Final = """
 SELECT audit_id, recorded_at, operator, reason, command, link_key, arguments::text AS arguments,
        state_before::text AS state_before, state_after::text AS state_after, outcome,

@@ -80,7 +80,7 @@ WHERE link_key = ANY($1::text[]) ORDER BY link_key COLLATE "C", attempt_ordinal
 
 # Remote ids held as a JSON string by more than one (action slot, record) at one
 # destination and scope: the raw candidates for `protocol.backfill_evidence.contested`,
-# found set-wise so that no process holds every claim (issue 34 item 3). One input row
+# found set-wise so that no process holds every claim (NF-7). One input row
 # per (slot, remote-id field of a pair the slot reads); deleted records claim too.
 SELECT_CONTESTED: Final = """
 SELECT c.destination_slot_id, c.remote_scope, c.remote_id

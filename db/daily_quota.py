@@ -1,4 +1,4 @@
-"""Named queries for daily quotas (issue 33 item 3, SPEC NF-8): one row per budget and day.
+"""Named queries for daily quotas (NF-8): one row per budget and day.
 
 `spend` is the one statement a request costs: it adds one unit under the row's lock only
 while a unit is left, so workers racing for the last unit get it once (READ COMMITTED

@@ -1,4 +1,4 @@
-"""Named queries in batch form: one statement for a whole batch of saves (issue 12, P7).
+"""Named queries in batch form: one statement for a whole batch of saves (API-3, bench P7).
 
 Each is the set-wise form of a `db.links` query (named in its docstring), run on a
 connection the caller owns, in the caller's transaction.
@@ -19,7 +19,7 @@ async def keep_generic_plans(conn: Conn) -> None:
     plans. One save binds them to one-element arrays, and under the default
     plan_cache_mode Postgres finds a generic plan dearer than a one-element custom plan
     and plans the statement again on every call: measured with pg_stat_statements, five
-    statements re-planned per save, 0.7 ms of Postgres's CPU per create (issue 32). Their
+    statements re-planned per save, 0.7 ms of Postgres's CPU per create. Their
     generic plans are the same index probes (tests/db/test_admission_plans.py). Batches
     (`push`) keep the default."""
     await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")

@@ -41,7 +41,7 @@ async def link_facts(conn: Conn, link_keys: list[str]) -> list[Row]:
 
 # One row per link key: its facts, the link's state and the newest attempt's, the last
 # finished PATCH and whether one is queued: what `protocol.park.park_reason` reads. Keyset
-# pages in link-key order (issue 34 item 4): $1 the row count, $2 the key a page starts
+# pages in link-key order (NF-7): $1 the row count, $2 the key a page starts
 # after ('' for the first), $3 what is looked for; each branch walks an index from $2.
 _FOUND: Final = """
 WITH keys AS (

@@ -1,4 +1,4 @@
-"""Keyset pages of links and create attempts, newest first (issue 34 item 4; migration
+"""Keyset pages of links and create attempts, newest first (NF-7; migration
 0120): `WHERE (created_at, key) < (cursor) ORDER BY created_at DESC, key DESC LIMIT n`
 walks an index from the cursor on, so a page costs the same at the millionth row as at
 the first (OFFSET would read every row before it).

@@ -71,7 +71,7 @@ async def slot_attempt_statuses(
     conn: Conn, owner_key: str, action_slot: str, since: datetime
 ) -> dict[str, int]:
     """How many of a slot's attempts created since `since` are in each status: a push's
-    progress as counts, never a list of its keys (memory bounded at any size, issue 34).
+    progress as counts, never a list of its keys (memory bounded at any size, NF-7).
 
     Read by the (created_at, attempt_id) index of 0120; another save's attempt of the same
     slot in that window is counted too (it only makes `--wait` wait for it as well)."""

@@ -93,7 +93,7 @@ WHERE operation_id = $1 ORDER BY link_key COLLATE "C"
 
 # The receipt columns a revalidation writes (created_at takes its default), in the order
 # `_receipt_params` gives them. Written by binary COPY: about twice as fast as INSERT from
-# fifteen unnested arrays at 100,000 receipts (issue 16, P4); the table's constraints
+# fifteen unnested arrays at 100,000 receipts (bench P4); the table's constraints
 # (primary key, foreign key to the link) and triggers hold as for any INSERT.
 RECEIPT_COLUMNS: Final = (
     "operation_id", "link_key", "manifest_digest", "approval_digest",
@@ -112,7 +112,7 @@ RECEIPT_COLUMNS: Final = (
 # moved columns: every other digested column is as it was, so no trigger rewrote one on
 # the way. The digested columns are `LinkRowState`'s fields (a db test holds every column
 # to digested-or-excluded), compared as one row: two to_jsonb of the whole row per member
-# cost apply about 5 s per 100,000 links (issue 16, P4).
+# cost apply about 5 s per 100,000 links (bench P4).
 _KEPT_COLUMNS: Final = sorted(set(LinkRowState.model_fields) - MOVED_COLUMNS)
 
 
@@ -168,10 +168,10 @@ ORDER BY r.link_key COLLATE "C"
 
 def link_states_of(rows: Iterable[Record]) -> Iterator[LinkRowState]:
     """The rows as models. A bulk read's links mostly share one profile snapshot, so each
-    distinct snapshot text is parsed once and shared by the models read with it (issue 34:
+    distinct snapshot text is parsed once and shared by the models read with it (NF-7:
     their digests then encode it once, protocol.link_row). The columns are the model's
     fields with their types (LINK_STATE_COLUMNS: text or null, the snapshot JSON text), so
-    the models are made without validating them again (protocol.trusted, issue 34);
+    the models are made without validating them again (protocol.trusted; NF-7);
     nothing mutates a model's snapshot. `rows` are one statement's (the same columns)."""
     snapshots: dict[str, JsonValue] = {}
     names: tuple[str, ...] | None = None
@@ -215,7 +215,7 @@ async def owners_of(conn: Conn, link_keys: list[str]) -> list[str]:
     return [row[0] for row in await conn.fetch(SELECT_OWNERS_OF, link_keys)]
 
 
-# -- the page forms (issue 16, P4: one statement per page, not per member) --------------
+# -- the page forms (bench P4: one statement per page, not per member) --------------
 
 
 class LockedRow(NamedTuple):
@@ -228,7 +228,7 @@ class LockedRow(NamedTuple):
 async def rows_for_update(conn: Conn, link_keys: list[str]) -> list[Record]:
     """The rows of `link_keys` that exist, locked, as Postgres returns them (absent keys
     are simply missing): `locked_rows` makes them models, in the caller's own time, so
-    the connection moves on to its next statement first (issue 34)."""
+    the connection moves on to its next statement first (NF-7)."""
     return await conn.fetch(SELECT_LINKS_FOR_UPDATE, link_keys)
 
 

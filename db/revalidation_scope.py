@@ -1,4 +1,4 @@
-"""The link-key locks and the owner scope lock above them (issue 34, SPEC §9 REV-2).
+"""The link-key locks and the owner scope lock above them (REV-2, NF-7).
 
 Every transaction that acts on a link (admission, dispatch, answers, operator actions,
 backfill, batches of saves) takes its link key's advisory lock, and first, shared, the

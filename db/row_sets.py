@@ -1,4 +1,4 @@
-"""Many rows into one table in one statement, each value sent once (issue 34).
+"""Many rows into one table in one statement, each value sent once (NF-7's scale).
 
 A page of adopted links or admitted attempts repeats most of its columns in every row:
 the install's snapshots, the slot's names, the user's authority. Sent as one JSON array,

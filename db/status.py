@@ -1,4 +1,4 @@
-"""Named queries for the status view (issue 14 item 4): counts only, one statement each."""
+"""Named queries for the status view (`connector-push status`): counts only, one statement each."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The backfill's defaults (SPEC MIG-1), free of imports: `connector-push backfill` shows
 them in its help, and the CLI builds its command tree without loading the services
-(issue 31). `services.backfill` re-exports them."""
+(a fast start). `services.backfill` re-exports them."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ def model_digest(model: BaseModel, *, exclude: set[str] | None = None) -> str:
 # by ",", then "}"; a string is written by json's own `encode_basestring`, the function
 # json.dumps(ensure_ascii=False) writes every string with. Two objects that differ in a few
 # members (a link row before and after a revalidation) then share the encoding of the
-# rest: a bulk revalidation digests each row twice (issue 16, P4). Tests hold
+# rest: a bulk revalidation digests each row twice (bench P4). Tests hold
 # `join_members(object_members(v))` to `canonical_json(v)` for any JSON object.
 
 

@@ -1,4 +1,4 @@
-"""Daily request quotas (issue 33 item 3, SPEC NF-8, PROF-5): how much of a remote's daily
+"""Daily request quotas (NF-8, PROF-5): how much of a remote's daily
 quota a budget may spend today, and when a spent or refused day ends.
 
 A profile's `rateLimit` may declare the remote's `dailyQuota` (requests per day) and the

@@ -104,7 +104,7 @@ MATRIX: Final[dict[DriftSurface, tuple[Disposition, Disposition]]] = {
     S.RESPONSE_ID_PATH: (B, F),
     S.MIRROR_FIELDS: (M, F),
     # The frozen request names a target the pack no longer maps this slot to: an
-    # attempt never POSTs to it (GATE-2, issue 15's target/destination row).
+    # attempt never POSTs to it (GATE-2; the seed's target/destination row).
     S.TARGET_RENAMED: (X, X),
     S.TARGET_NEW_SLOT: (X, X),
     # The seed's "target object renamed/rebound with same DestinationSlotId" row: fail

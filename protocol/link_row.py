@@ -112,7 +112,7 @@ class RowDigests(NamedTuple):
 
 def row_digests(row: LinkRowState, member: RevalidationMember, operation_id: str) -> RowDigests:
     """The digests of `row` and of its after-state, which share every unmoved column's
-    encoding (issue 16, P4: each member of a bulk manifest needs both)."""
+    encoding (each member of a bulk manifest needs both; bench P4)."""
     values = vars(row)
     moved = (
         member.new_mapping_fingerprint,
@@ -135,7 +135,7 @@ def row_digests(row: LinkRowState, member: RevalidationMember, operation_id: str
 # per-link columns differ between the rows of one slot and install, so the rest of the
 # document's text (the frame: its pieces around the per-link members) is built once per
 # shared value set, snapshot and move, and a row's digest joins its three members into it
-# (issue 34: building and joining every member per row was most of a digest's cost).
+# (building and joining every member per row was most of a digest's cost at NF-7's scale).
 
 # Columns whose values differ from link to link (not worth caching); every other column
 # but the profile snapshot is text or null, so their values together are a key.

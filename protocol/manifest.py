@@ -234,7 +234,7 @@ class DailyLimit(PackModel):
     reset: DailyReset
 
 
-# Whose midnight resets a daily quota when the profile names no zone (issue 33 item 3).
+# Whose midnight resets a daily quota when the profile names no zone (NF-8).
 DEFAULT_DAILY_RESET_TIME_ZONE: Final = "UTC"
 
 
@@ -259,7 +259,7 @@ class RateLimit(PackModel):
 
     requests: int = Field(ge=1)
     per_seconds: float = Field(gt=0, le=86_400)
-    # Issue 33 item 3: the remote's daily quota, the share of it this product may spend,
+    # NF-8: the remote's daily quota, the share of it this product may spend,
     # and the zone whose midnight resets it (protocol.daily_quota).
     daily_quota: int | None = Field(default=None, ge=1)
     daily_share: float = Field(default=1.0, gt=0, le=1)

@@ -106,7 +106,7 @@ class LinkView(Message):
     attempt_landing: Landing | None = None
     # Set by the workflow's `state` query once the run has read Postgres.
     loaded: bool = False
-    # Issue 33 item 3: the link's budget has spent its daily quota (or the remote refused
+    # Daily quota: the link's budget has spent its daily quota (or the remote refused
     # the day); the run sends nothing before this instant.
     quota_wait_until: datetime | None = None
 

@@ -104,7 +104,7 @@ def _regex(value: str) -> str:
 
 
 def _time_zone(value: str) -> str:
-    # Issue 33 item 3: the zone whose midnight resets a daily quota (IANA name).
+    # The zone whose midnight resets a daily quota (IANA name).
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     try:

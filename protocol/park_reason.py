@@ -1,5 +1,5 @@
 """The `ParkReason` keyword, free of imports: `links find --park-reason` lists it in its
-help, and the CLI builds its command tree without loading pydantic (issue 31).
+help, and the CLI builds its command tree without loading pydantic (a fast start).
 `protocol.park` re-exports it with the rules that name a view's reason."""
 
 from __future__ import annotations

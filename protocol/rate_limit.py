@@ -6,7 +6,7 @@ hash (no credential reference leaves Postgres in clear). The budget's rate is
 the smallest `rateLimit` declared by a profile that spends it; a budget no
 profile limits has no rate and its requests carry no key.
 
-Enforcement has two parts (SPEC PROF-3, NF-8, issue 33); these functions only decide
+Enforcement has two parts (PROF-3, NF-8); these functions only decide
 the numbers, so they are pure and tested without a server:
 
 - Temporal's matching dispatches a budget's remote activities at its declared rate

@@ -67,7 +67,7 @@ class JournalEntry(Snapshot):
     not_applied_statuses: tuple[int, ...] = ()
     sending_at: datetime | None = None
     retry_after_seconds: float | None = None
-    # A 429 naming the remote's daily policy: the budget's day ended (issue 33 item 3).
+    # A 429 naming the remote's daily policy: the budget's day ended (NF-8's daily share).
     daily_refusal: bool = False
 
 

@@ -1,5 +1,5 @@
 """Retention's defaults (SPEC OPS-3), free of imports: `connector-push prune` shows them in
-its help, and the CLI builds its command tree without loading pydantic (issue 31).
+its help, and the CLI builds its command tree without loading pydantic (a fast start).
 `protocol.retention` re-exports them for the models and settings that use them."""
 
 from __future__ import annotations

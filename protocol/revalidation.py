@@ -75,7 +75,7 @@ def _receipt(
     digests: RowDigests,
 ) -> RevalidationReceipt:
     # Every value is a string (or the pointer's None) of a model made before: one receipt
-    # per member of a bulk run, so it is not validated again (protocol.trusted, issue 34).
+    # per member of a bulk run, so it is not validated again (protocol.trusted; NF-7's scale).
     return trusted(RevalidationReceipt, dict(
         operation_id=manifest.operation_id,
         link_key=member.link_key,
@@ -99,7 +99,7 @@ class LockedMember(NamedTuple):
     """What the caller read for one member while holding its link and occupancy locks.
 
     A tuple, not a model: its parts are models already, and a bulk run makes one per
-    member (issue 34)."""
+    member (NF-7's scale)."""
 
     link_key: str
     row: LinkRowState | None
@@ -160,11 +160,11 @@ def judge_new_member(
 ) -> Judgement:
     """Invariants 2-3 for one member of a new operation. The costly part of `decide` (the
     row digest and the projected receipt's), so a caller may judge each page of members
-    as it is locked, while the next page's locks are taken (issue 16, P4).
+    as it is locked, while the next page's locks are taken (bench P4).
 
     `project=False` judges the member alike but leaves its receipt (and the after-state
     digest only a receipt holds) unmade: a member without conflicts is then
-    `Judgement((), None)`. For a dry run past the receipts it reports (issue 34)."""
+    `Judgement((), None)`. For a dry run past the receipts it reports (bounded memory, NF-7)."""
     row = lock.row
     if row is None:
         missing = _conflict(member.link_key, ConflictReason.LINK_MISSING, "no link with this key")

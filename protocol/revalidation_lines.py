@@ -1,4 +1,4 @@
-"""The JSON Lines revalidation manifest (SPEC §9 REV-2, issue 34): one member a line.
+"""The JSON Lines revalidation manifest (REV-2, NF-7): one member a line.
 
 A manifest of a million members is impractical as one JSON document (it must be held
 whole to be parsed and digested), so `revalidate plan` writes, and `validate`/`apply`

@@ -62,7 +62,7 @@ class ManifestRejected(ValueError):
 
 # Each authority-string shape, anchored, and what a rejection says it should be. Matched
 # inside pydantic-core (Rust regex: `$` is the very end, as with re.fullmatch), not by a
-# Python callback per field: a 100,000-member manifest has 800,000 of them (issue 16 P4).
+# Python callback per field: a 100,000-member manifest has 800,000 of them (bench P4).
 _HEX64: Final = r"^[0-9a-f]{64}$"
 _LINK_KEY: Final = r"^lk[0-9]+_[0-9a-f]{64}$"
 _UUID: Final = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
@@ -174,7 +174,7 @@ class RevalidationManifest(_Strict):
     members: tuple[RevalidationMember, ...] = Field(strict=False)
     manifest_digest: Hex64
 
-    @cached_property  # once per manifest, not once per receipt (issue 16, P4)
+    @cached_property  # once per manifest, not once per receipt (bench P4)
     def approval_digest(self) -> str:
         return digest(self.approval.model_dump(mode="json"))
 

@@ -42,7 +42,7 @@ LATER_PROFILE_DECLARATIONS: Final = (
     "not_applied_budget_seconds",
     "readback",
     "remote_id_pattern",
-    # PROF-5 (issue 52): they decide whether an answer proved no effect and how the
+    # PROF-5: they decide whether an answer proved no effect and how the
     # budget waits, so a pack that declares one drifts its links' frozen contract.
     "not_applied_answers",
     "daily_limit",

@@ -1,4 +1,4 @@
-"""The operator's status view (issue 14 item 4): one snapshot, two renderings.
+"""The operator's status view (what waits, and why): one snapshot, two renderings.
 
 `connector-push status` draws a `StatusSnapshot` as a dashboard and the worker
 publishes the same snapshot as Prometheus gauges (`gauges`), so the terminal and
@@ -26,7 +26,7 @@ class OldestParked(BaseModel):
 
 
 class DailyQuotaDay(BaseModel):
-    """One budget's daily quota today (issue 33 item 3): spent of its allowance (the declared
+    """One budget's daily quota today (NF-8): spent of its allowance (the declared
     share of the quota; None when none is declared), and when the day resets."""
 
     model_config = ConfigDict(frozen=True)

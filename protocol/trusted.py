@@ -2,7 +2,7 @@
 
 A bulk revalidation makes models per member — the link row read back, the receipt
 written — and at a million members pydantic's validation of those was a tenth of the
-run's CPU (issue 34, P4). Where the values cannot be other than the model's — columns
+run's CPU (NF-7, bench P4). Where the values cannot be other than the model's — columns
 selected with the model's types (db/revalidation.link_states_of), strings copied from
 other models (protocol/revalidation._receipt) — `trusted` makes the instance directly.
 It is what `model_validate` returns for such values, and the tests hold each caller's

@@ -1,4 +1,4 @@
-"""Lenient decoding of operator update input (SPEC WF-3, issue 14 item 5).
+"""Lenient decoding of operator update input (WF-3).
 
 The Temporal UI sends whatever JSON an operator typed. Decoding it straight into
 the typed model fails before the validator runs ("Failed decoding arguments"),

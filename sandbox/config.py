@@ -31,7 +31,7 @@ class RateLimitConfig(BaseModel):
 
 class DailyLimit(BaseModel):
     """HubSpot's daily limit: `requests` per account and calendar day in `time_zone`, reset
-    at its midnight; a 429 then names the `DAILY` policy (issue 33 item 3)."""
+    at its midnight; a 429 then names the `DAILY` policy (PROF-5)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

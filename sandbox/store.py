@@ -22,7 +22,7 @@ class ObjectStore:
         self._config = config
         self._holder = holder
         # Object id by (type, unique property, value): unique checks and reads by value
-        # were a scan of every stored object, ~2 ms per create at 3,000 objects (issue 16).
+        # were a scan of every stored object, ~2 ms per create at 3,000 objects (bench P1).
         # Values are unique by construction (create and patch refuse duplicates); the index
         # belongs to one state object and is rebuilt when the state is loaded or reset.
         self._index: dict[tuple[str, str], dict[str, str]] = {}

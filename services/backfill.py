@@ -3,7 +3,7 @@
 Both walk every record of the selected action slots' source objects in keyset pages
 and let `protocol.backfill` decide each one; each page's decisions go to the caller's
 `PageSink` as soon as they are made and are not kept, so memory holds one page whatever
-the number of records (issue 34 item 3, NF-7). `plan` writes nothing. `apply` runs one
+the number of records (NF-7). `plan` writes nothing. `apply` runs one
 transaction per page (`services.backfill_adopt`): it never touches attempts or local
 records and makes no remote call: adoption never POSTs. An interrupted apply keeps the
 pages it committed; re-running it finds their links (`already_adopted`) and adopts the

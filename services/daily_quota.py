@@ -1,4 +1,4 @@
-"""Daily quotas at the send (issue 33 item 3, SPEC NF-8): spend one unit of the budget's day
+"""Daily quotas at the send (NF-8): spend one unit of the budget's day
 per remote request, or say until when the budget waits.
 
 The declared quotas come from the active packs (`protocol.daily_quota.budget_quotas`),

@@ -15,7 +15,7 @@ class DispatchHooks:
     quota_recheck_s: float | None = None
 
     def now(self) -> datetime:
-        """The clock daily quotas count days by (issue 33 item 3); a test moves it."""
+        """The clock daily quotas count days by (NF-8); a test moves it."""
         return datetime.now(UTC)
 
     async def before_checkpoint(self, attempt_id: str) -> None:

@@ -151,7 +151,7 @@ async def refuse_day(
 
 
 async def quota_wait(step: LinkStep, key: str, wait: QuotaWait) -> StepResult:
-    """The link waits for its budget's daily quota (issue 33 item 3): not parked, not
+    """The link waits for its budget's daily quota (NF-8): not parked, not
     failed; the workflow sleeps until the reset (a durable timer) and looks again."""
     async with step.pool.acquire() as conn:
         now = await view(conn, key)

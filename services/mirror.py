@@ -41,7 +41,7 @@ async def finalize_with_mirror(
 
     The mirror is written before the link is inserted so the link is born with the
     mirror's outcome: one write of the link row, not an insert and then an update of a
-    wide row with ten indexes and its guard triggers (issue 32: ~6% of Postgres's time
+    wide row with ten indexes and its guard triggers (~6% of Postgres's time
     per create, measured with pg_stat_statements)."""
     attempt = await q.move_attempt(
         conn,

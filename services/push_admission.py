@@ -1,4 +1,4 @@
-"""A page of an initial sync admitted set-wise (SPEC API-3, WF-2; issue 34 item 2).
+"""A page of an initial sync admitted set-wise (API-3, WF-2; NF-7's scale).
 
 The same admission as the HTTP batch (`POST /v1/saves/batch`): one transaction, every
 link-key lock taken in one statement in key order, one read per fact and one write per

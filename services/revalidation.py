@@ -2,7 +2,7 @@
 
 `validate` and `apply` take the same locks and run the same checks
 (`protocol.revalidation`); `validate` always rolls back, `apply` writes every receipt
-and every link move in one transaction or nothing. Both stream (issue 34): the manifest
+and every link move in one transaction or nothing. Both stream (NF-7): the manifest
 is read a page at a time (services.revalidation_source), each page locked, judged and
 written set-wise, and only a page (plus the first SHOWN receipts or conflicts, for the
 report) is in memory. The lock that keeps every other writer of the owner's links out
@@ -138,7 +138,7 @@ PAGE = 5000
 
 
 class _Run:
-    """One validate or apply: owner scope locked, then page by page (issue 34)."""
+    """One validate or apply: owner scope locked, then page by page (NF-7)."""
 
     def __init__(self, conn: Conn, source: ManifestSource, on_step: OnStep, *, write: bool):
         self.conn, self.source, self.on_step, self.write = conn, source, on_step, write
@@ -172,8 +172,8 @@ class _Run:
                 read = await self.reading
                 # This page's own statements first (one statement at a time on `conn`),
                 # then Postgres writes the page judged before and reads the next while
-                # this process makes this page's models and judges them (issue 16 P4,
-                # issue 34: Postgres is the slower side, so it is never left waiting).
+                # this process makes this page's models and judges them (bench P4:
+                # Postgres is the slower side, so it is never left waiting).
                 if retry:
                     stored = await self._stored(current)
                     upcoming = await self._read_next(pages)

@@ -24,7 +24,7 @@ async def install_manifest(conn: Conn, pack_install_id: str) -> PackManifest | N
 
 
 # What an install produces depends on the install and the row's two slot ids only; a bulk
-# manifest has thousands of members per slot, so it is resolved once per slot (issue 16 P4).
+# manifest has thousands of members per slot, so it is resolved once per slot (bench P4).
 SlotFingerprints = dict[tuple[str, str, str], InstallFingerprints | None]
 
 

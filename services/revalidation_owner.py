@@ -157,7 +157,7 @@ def owner_operation_id(install_id: str, now: datetime) -> str:
 
 
 # Members per operation of `revalidate owner`. Not for the lock table (an operation takes
-# one owner-scope lock whatever its size, issue 34): each operation holds the owner's saves
+# one owner-scope lock whatever its size, NF-7): each operation holds the owner's saves
 # only briefly, and a re-run continues after the operations already applied.
 OWNER_CHUNK = 2000
 EXAMPLES = 5

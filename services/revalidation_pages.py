@@ -1,4 +1,4 @@
-"""One page of a bulk revalidation's transaction (SPEC §9 REV-2, issue 34): its locked read
+"""One page of a bulk revalidation's transaction (REV-2, NF-7): its locked read
 and its write, each a few set-wise statements on the caller's connection."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ PER_YIELD = 100
 async def read_page(conn: Conn, keys: list[str]) -> ReadPage:
     """Lock and read one page of members: their rows (FOR UPDATE, in link-key order),
     occupying attempts and pointed-at receipts, each set-wise for the page. Statements
-    only: Postgres is the slower side of a page (issue 34), so the rows are made models
+    only: Postgres is the slower side of a page, so the rows are made models
     by the caller while the connection writes and reads the pages either side. The owner
     scope lock the run holds keeps every admission, dispatch and operator action of the
     owner out, so no occupying attempt can appear under it (invariant 3)."""

@@ -1,4 +1,4 @@
-"""Where validate/apply read a manifest's members from, a page at a time (issue 34).
+"""Where validate/apply read a manifest's members from, a page at a time (bounded memory, NF-7).
 
 A JSON Lines file (protocol.revalidation_lines) is checked whole when opened (invariant
 1, before any transaction), keeping nothing but its head and making no member models

@@ -1,4 +1,4 @@
-"""Read the status snapshot (issue 14 item 4) in one read-only, repeatable-read transaction,
+"""Read the status snapshot (`connector-push status`) in one read-only, repeatable-read transaction,
 so every number on the dashboard (and every gauge) comes from the same moment."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The garbage collector's policy for our long-running and bulk processes (issue 34, 32, 48).
+"""The garbage collector's policy for our long-running and bulk processes (NF-7, P1, P5).
 
 CPython frees almost every object by reference counting; the cyclic collector only
 finds cycles. By default it runs a young-generation pass every 700 net allocations and
@@ -16,7 +16,7 @@ So, once the process has imported what it runs:
 - a CLI command's young generation is `YOUNG_THRESHOLD` net allocations: the collector
   still runs, but a page's short-lived objects are freed by reference counting first.
 
-The worker keeps CPython's young threshold (`WORKER_YOUNG_THRESHOLD`, issue 48). Its
+The worker keeps CPython's young threshold (`WORKER_YOUNG_THRESHOLD`). Its
 garbage is not a page's short-lived objects but whole workflow runs: each run the sticky
 cache holds is a sandbox of re-imported modules (module dicts, functions, classes: cycles
 by nature), alive long enough to reach the oldest generation, and garbage only when the

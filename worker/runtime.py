@@ -34,10 +34,10 @@ log = logging.getLogger(__name__)
 # workflow helpers are pure (functions and constants, no module state, nothing
 # non-deterministic imported), and the sandbox would otherwise re-import them for every
 # new workflow instance: profiled, the re-imports were a third of the worker's time per
-# create (issue 16). Modules holding workflow code (workflows.link, link_operator) stay
+# create (NF-6, bench P1). Modules holding workflow code (workflows.link, link_operator) stay
 # sandboxed although the sandbox is the largest single CPU cost of a create: every create
 # is a new run, whose module runs again and whose every call is checked (`make bench
-# ONLY=SANDBOX`, issue 32 item 5: 5-8 ms of this process per create, ~4 for the floor
+# ONLY=SANDBOX`, measured: 5-8 ms of this process per create, ~4 for the floor
 # workflow). The sandbox is what fails a workflow task that reaches for the clock,
 # randomness or I/O, and what keeps one run's module state from the next's: a guard at
 # run time on every path, where the replay tests cover only the paths they recorded

@@ -1,4 +1,4 @@
-"""The status view as Prometheus gauges on the worker's metrics endpoint (issue 14 item 4).
+"""The status view as Prometheus gauges on the worker's metrics endpoint, for alerting.
 
 The same `StatusSnapshot` `connector-push status` draws, read every `STATUS_EVERY`
 and published through the Temporal SDK runtime's meter, so it appears beside the

@@ -30,7 +30,7 @@ Theory of operation:
    (`LinkState`, `AttemptStatus`, `RemoteId`, `NeedsOperator`, `ParkReason`) once its
    drain settles, and only values that changed. A run that completes cleanly — a create
    or a PATCH that needs no one — upserts nothing: it only corrects a state attribute
-   it already carries (e.g. `NeedsOperator` after a reconcile). Decision (issue 32):
+   it already carries (e.g. `NeedsOperator` after a reconcile). Decision (NF-6):
    a closed run's state attributes would be a copy of Postgres frozen at its close,
    read by nobody the product relies on — the operator's query is over running runs,
    and `connector-push links find --remote-id/--record-id` and `links show` answer

@@ -2,7 +2,7 @@
 
 The worker's failure converter sends these `ApplicationError`s without a stack
 trace or cause (worker/failures.py), so the Temporal UI's update dialog and the
-CLI show just the sentence (issue 14 item 5).
+CLI show just the sentence, not a stack trace.
 """
 
 from __future__ import annotations

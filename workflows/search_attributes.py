@@ -3,7 +3,7 @@
 The dev stack registers the same names from `temporal-dev.yaml`; a test keeps
 the two equal, and the worker refuses to start when any is missing. The static
 ones (a link key's own facts) are set by the starter in the start options, so a
-run upserts only what changes (upserts are billed actions, issue 16).
+run upserts only what changes (upserts are billed actions, NF-6).
 """
 
 from __future__ import annotations

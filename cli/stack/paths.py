@@ -1,5 +1,5 @@
 """Where the repository and its `temporal-dev.yaml` are: stdlib only, so `connector-push
-dev` shows the default in its help without loading the config's pydantic models (issue 31)."""
+dev` shows the default in its help without loading the config's pydantic models (a fast start)."""
 
 from __future__ import annotations
 

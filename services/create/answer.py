@@ -125,7 +125,7 @@ async def _not_applied(
             )
     if decision.step in {Step.PARK_AMBIGUOUS, Step.TERMINAL}:
         raise refusal
-    # The remote's daily limit: the whole budget waits for the reset (issue 33 item 3).
+    # The remote's daily limit: the whole budget waits for the reset (PROF-5, NF-8).
     return await quota_wait(step, key, wait)
 
 

@@ -1,7 +1,7 @@
 """One create dispatch (SPEC POST-1..4, REC-1..4): claim, send, answer, apply, in that
 order, or resume whatever a crash left behind; the one operation the create activity
 calls. On a finalized link with a PATCH queued it sends the PATCH instead, as the
-workflow's next activity would: a PATCH costs one billed activity, not two (issue 16,
+workflow's next activity would: a PATCH costs one billed activity, not two (NF-6,
 P8), and any retry plans afresh from Postgres and resumes the PATCH the same way."""
 
 from __future__ import annotations

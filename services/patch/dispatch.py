@@ -1,6 +1,6 @@
 """One PATCH dispatch (SPEC PATCH-1..3): claim, send, answer, apply, in that order; the
 one operation the PATCH activity calls, and the create activity's too when it finds
-the link finalized with a PATCH queued (one activity per PATCH: issue 16, P8)."""
+the link finalized with a PATCH queued (one activity per PATCH: NF-6, bench P8)."""
 
 from __future__ import annotations
 
