@@ -55,7 +55,8 @@ async def load_demo(database_url: str, config: DevConfig) -> list[str]:
     async with open_connection(database_url) as conn:
         pack_line = await _apply_unless_active(conn, manifest)
         loaded = await load_records(conn, records)
-    # The users are the records file's (P-01: the demo's names live in examples/ only).
+    # The users are the records file's (the runtime names no user:
+    # the demo's names live in examples/ only).
     users = " and ".join(sorted({grant.user for grant in records.grants}))
     return [
         pack_line,

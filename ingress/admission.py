@@ -34,7 +34,7 @@ COMMIT_TIMEOUT_S: Final = 1.0
 def _unavailable(exc: Exception) -> Unavailable:
     """`admission_failed` when the server answered and refused the admission; anything
     else - no connection, a connection lost or ended by the server (shutdown, starting
-    up, terminated) - is the dependency being down: `database_unavailable` (I-05)."""
+    up, terminated) - is the dependency being down: `database_unavailable` (ING-2)."""
     # Only the exception type is logged: messages can carry payload fragments.
     warn.warning("admission failed: %s", type(exc).__name__)
     if server_refused(exc):

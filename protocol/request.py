@@ -77,8 +77,8 @@ def freeze_create_request(
 
 
 def _unavailable(action: ActionSlot, destination: DestinationSlot, profile: Profile) -> list[str]:
-    """The snapshot inputs a create must freeze that have no value (GATE-1, last bullet;
-    seed P-71). The manifest refuses them, but a context may be built without it."""
+    """The snapshot inputs a create must freeze that have no value (GATE-1: nothing frozen
+    may be empty). The manifest refuses them, but a context may be built without it."""
     frozen = {
         "credentialRef": profile.credential_ref,
         "endpointClass": profile.endpoint_class,

@@ -111,7 +111,7 @@ async def park(
             target,
             token=sent.token,
             last_error=message,
-            # P-23: what the answer was, like a 201's snapshot (POST-2).
+            # What the answer was, like a 201's snapshot (POST-2, POST-4).
             response={
                 "status": obs.status,
                 "remote_id": remote_id,
