@@ -120,6 +120,12 @@ class Traffic:
         if outcome.kind == "rejected":
             self.stats[f"rejected_{outcome.reason}"] += 1
 
+    def refused(self) -> dict[str, str]:
+        """Link key -> why its latest save was rejected (keys whose latest was accepted
+        are absent)."""
+        latest = {s.link_key: s for s in self.saves if s.kind != "error"}
+        return {k: s.reason or "" for k, s in latest.items() if s.kind == "rejected"}
+
     async def _save_cli(self, record: Record) -> SaveOutcome:
         code, out, _err = await run_cli(self.stack, "save", *record.cli_args(), "--json")
         if code not in (0, 3):

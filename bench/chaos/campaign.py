@@ -161,7 +161,7 @@ async def _settle(
         pending_repairs = await operator.repair(limit=8)
         ev = await snapshot(stack)
         listed = await listed_parked(client)
-        verdicts = classify(ev, world.dependency)
+        verdicts = classify(ev, world.dependency, traffic.refused())
         await _push_awaited_targets(world, traffic, verdicts)
         quiet = pending_repairs == 0 and not any(
             v.state is Final.UNSETTLED for v in verdicts.values()

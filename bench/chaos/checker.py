@@ -13,7 +13,7 @@ Checks (issue 10 deliverable 8, SPEC §0, NF-4, JRN-2, POST-4):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -102,8 +102,15 @@ def _latest_link_state(link: dict[str, Any], patches: list[dict[str, Any]]) -> V
     return Verdict(Final.PARKED, f"PATCH {last['status']}: {last['last_error']}")
 
 
-def classify(ev: Evidence, dependency: Callable[[str], str | None]) -> dict[str, Verdict]:
-    """Each link key's end state; `dependency` names a create's association target key."""
+def classify(
+    ev: Evidence,
+    dependency: Callable[[str], str | None],
+    refused: Mapping[str, str] | None = None,
+) -> dict[str, Verdict]:
+    """Each link key's end state; `dependency` names a create's association target key,
+    `refused` the reason the CRM's last save of a key was rejected (for a target that was
+    never admitted: a deferred create then waits for it by design, LANE-2)."""
+    refused = refused or {}
     attempts, patches = ev.attempts_by_key(), ev.patches_by_key()
     verdicts: dict[str, Verdict] = {}
     for key in sorted(set(attempts) | set(ev.links)):
@@ -137,6 +144,11 @@ def classify(ev: Evidence, dependency: Callable[[str], str | None]) -> dict[str,
             )
         ):
             verdicts[key] = Verdict(Final.BLOCKED, f"{verdict.detail}; target {target} parked")
+        elif waiting and target and target not in verdicts and target in refused:
+            verdicts[key] = Verdict(
+                Final.BLOCKED,
+                f"{verdict.detail}; target {target} never admitted ({refused[target]})",
+            )
     return verdicts
 
 

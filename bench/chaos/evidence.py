@@ -78,6 +78,7 @@ class Evidence:
     unattributed: list[LedgerEntry] = field(default_factory=list)
     patch_entries_of: dict[str, list[LedgerEntry]] = field(default_factory=dict)  # patch id ->
     foreign_patches: dict[str, list[LedgerEntry]] = field(default_factory=dict)  # link key ->
+    pruned_patches: list[LedgerEntry] = field(default_factory=list)  # sent by a pruned row
 
     def __post_init__(self) -> None:
         self._join_creates()
@@ -154,10 +155,13 @@ class Evidence:
                 self.foreign_patches.setdefault(key, []).append(entry)
                 continue
             owner = _patch_owner(rows, _ledger_time(entry.at))
-            self.patch_entries_of.setdefault(owner["patch_id"], []).append(entry)
+            if owner is None:
+                self.pruned_patches.append(entry)
+            else:
+                self.patch_entries_of.setdefault(owner["patch_id"], []).append(entry)
 
 
-def _patch_owner(rows: list[dict[str, Any]], applied: datetime) -> dict[str, Any]:
+def _patch_owner(rows: list[dict[str, Any]], applied: datetime) -> dict[str, Any] | None:
     """Which of a link's PATCHes with one body the remote applied at `applied`.
 
     Two PATCHes of one link freeze the same body when a save changed nothing the mapping
@@ -166,7 +170,8 @@ def _patch_owner(rows: list[dict[str, Any]], applied: datetime) -> dict[str, Any
     whose journalled try went out last before the remote applied it (each try's
     `sending_at` is taken in the gate's transaction, before the request leaves); a ledger
     entry no journalled try precedes names the newest row that existed then, and the
-    checks report what that row says."""
+    checks report what that row says. None: every row with this body was queued after the
+    remote applied it, so a PATCH since pruned (a settled one, OPS-3) sent it."""
     sent = [
         (max(t for t in p["send_times"] if t <= applied), p)
         for p in rows
@@ -175,7 +180,7 @@ def _patch_owner(rows: list[dict[str, Any]], applied: datetime) -> dict[str, Any
     if sent:
         return max(sent, key=lambda pair: pair[0])[1]
     earlier = [p for p in rows if p["created_at"] is None or p["created_at"] <= applied]
-    return (earlier or rows)[-1]
+    return earlier[-1] if earlier else None
 
 
 async def read_rows(dsn: str) -> tuple[list[dict[str, Any]], ...]:
