@@ -5,22 +5,30 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test check lint fmt pytest bench bench-scale chaos clean-dev venv bytecode lock
+.PHONY: dev test check lint fmt pytest bench bench-scale chaos clean-dev venv bytecode lock wheel
 
 # Every package the venv holds, the installer, the build backend and the dev tools among
 # them, is pinned with its hashes in requirements.lock, written by `make lock` from the
 # ranges in pyproject.toml. (Re)install when the venv is missing or either file is newer
 # than the last install: first the lock (pip refuses any file whose hash it does not
 # list), then the project itself, editable, with nothing more and no build environment
-# of its own (its setuptools is the locked one).
+# of its own (its setuptools is the locked one), and beside it the sandbox remote, a
+# distribution of its own (sandbox-dist/) that the product's wheel leaves out.
 LOCK := requirements.lock
-$(STAMP): pyproject.toml $(LOCK)
+$(STAMP): pyproject.toml sandbox-dist/pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . -e ./sandbox-dist
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# The wheel a user installs (docs/deployment.md, "The wheel"), into dist/: built offline
+# with the venv's locked setuptools. `python -m build --wheel` makes the same one where
+# the `build` package is installed.
+wheel: $(STAMP)
+	rm -rf build  # setuptools would pack a previous build's leftovers too
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
 
 # Refresh requirements.lock after an edit of pyproject.toml's dependencies: uv resolves
 # for CPython 3.11 on x86_64 Linux (glibc 2.28 or newer), whatever machine runs it, and

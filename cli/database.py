@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from cli.dsn import ENCODE_HINT, describe_dsn
 from cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, CliError, fail
+from cli.local_stack import local_stack_config
 
 if TYPE_CHECKING:  # imported where used: the CLI starts fast without them
     import asyncpg
@@ -28,7 +29,7 @@ DatabaseUrl = Annotated[
     str | None,
     typer.Option(
         "--database-url",
-        help="Postgres DSN (default: $DATABASE_URL, then the dev DSN in temporal-dev.yaml)",
+        help="Postgres DSN (default: $DATABASE_URL; in a checkout, temporal-dev.yaml's dev DSN)",
         show_default=False,
     ),
 ]
@@ -43,10 +44,12 @@ def resolve_dsn(database_url: str | None) -> str:
         dsn, source = database_url, "--database-url"
     elif env := os.environ.get("DATABASE_URL"):
         dsn, source = env, "$DATABASE_URL"
+    elif (local := local_stack_config()) is not None:
+        dsn, source = local.postgres.dsn(), "postgres.* in temporal-dev.yaml"
     else:
-        from cli.stack.devconfig import load_dev_config
-
-        dsn, source = load_dev_config().postgres.dsn(), "postgres.* in temporal-dev.yaml"
+        raise CliError(
+            "no database given: set $DATABASE_URL or pass --database-url", EXIT_UNAVAILABLE
+        )
     _DSN_SOURCES[dsn] = source
     return dsn
 

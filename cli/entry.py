@@ -22,7 +22,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig
 
 from cli.database import postgres_error
 from cli.errors import EXIT_UNAVAILABLE, CliError, debug_enabled, load_settings
-from cli.stack.devconfig import load_dev_config
+from cli.local_stack import local_stack_config
 from db.pool import CONNECT_ERRORS, create_pool
 from worker.client import connect_temporal
 from worker.settings import RuntimeSettings
@@ -39,11 +39,19 @@ _stderr = Console(stderr=True)
 
 
 def runtime_settings() -> RuntimeSettings:
-    """The environment's settings, with the dev stack's Temporal address as the default
-    (a variable that breaks its rule is exit 5 naming it, never its value)."""
+    """The environment's settings, with the dev stack's Temporal address as the default in
+    a checkout (a variable that breaks its rule, or no address in an installed wheel, is
+    exit 5 naming it, never its value)."""
     settings = load_settings(RuntimeSettings)
-    address = settings.temporal_address or load_dev_config().temporal.address
-    return settings.model_copy(update={"temporal_address": address})
+    if settings.temporal_address is not None:
+        return settings
+    local = local_stack_config()
+    if local is None:
+        raise CliError(
+            "TEMPORAL_ADDRESS is not set; set it to the Temporal frontend (host:port)",
+            EXIT_UNAVAILABLE,
+        )
+    return settings.model_copy(update={"temporal_address": local.temporal.address})
 
 
 @asynccontextmanager

@@ -16,6 +16,7 @@ from cli.errors import (
     enable_debug,
     whole_lines_when_piped,
 )
+from cli.local_stack import has_local_stack
 
 app = typer.Typer(
     name="connector-push",
@@ -27,10 +28,24 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version  # the installed distribution's: pyproject.toml
+
+        typer.echo(f"connector-push {version('connector-push')}")
+        raise typer.Exit
+
+
 @app.callback()
 def _root(
     debug: Annotated[
         bool, typer.Option("--debug", help="show tracebacks (also CONNECTOR_PUSH_DEBUG=1)")
+    ] = False,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="print the version and exit", callback=_print_version, is_eager=True
+        ),
     ] = False,
 ) -> None:
     """Durable CRM-to-remote connector push runtime (see README.md)."""
@@ -65,14 +80,17 @@ def _finish_commands(typer_app: typer.Typer) -> None:
 
 # Each command module exposes `register(app)`, and no module does work at import time.
 # The modules in `--help` order, each with the top-level names it registers (checked
-# against the modules themselves by tests/unit/test_cli_registry.py).
-COMMAND_MODULES: Final = {
-    "dev_cmd": ("dev",),
+# against the modules themselves by tests/unit/test_cli_registry.py). `dev` and `sandbox`
+# are the local stack's (cli/stack/), which the wheel leaves out with the sandbox remote:
+# they are commands only in a checkout's dev install (tests/e2e/test_wheel.py).
+_DEV_ONLY: Final = frozenset({"stack.dev_cmd", "stack.sandbox_cmd"})
+_ALL_COMMAND_MODULES: Final = {
+    "stack.dev_cmd": ("dev",),
     "worker_cmd": ("worker",),
     "migrate_cmd": ("migrate",),
     "pack_cmd": ("pack",),
     "records_cmd": ("records",),
-    "sandbox_cmd": ("sandbox",),
+    "stack.sandbox_cmd": ("sandbox",),
     "ingress_cmd": ("ingress",),
     "link_key": ("link-key",),
     "link_cmds": ("save", "links", "attempts"),
@@ -84,6 +102,11 @@ COMMAND_MODULES: Final = {
     "prune_cmd": ("prune",),
     "forget_cmd": ("forget",),
     "status_cmd": ("status",),
+}
+COMMAND_MODULES: Final = {
+    module: names
+    for module, names in _ALL_COMMAND_MODULES.items()
+    if module not in _DEV_ONLY or has_local_stack()
 }
 _MODULE_OF: Final = {name: module for module, names in COMMAND_MODULES.items() for name in names}
 

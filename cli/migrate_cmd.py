@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from cli.database import connect_postgres, resolve_dsn
+from cli.database import DatabaseUrl, connect_postgres, resolve_dsn
 from cli.errors import fail
 
 
@@ -27,14 +27,7 @@ def register(app: typer.Typer) -> None:
 
 
 def migrate(
-    database_url: Annotated[
-        str | None,
-        typer.Option(
-            "--database-url",
-            help="Postgres DSN (default: $DATABASE_URL, then the dev DSN in temporal-dev.yaml)",
-            show_default=False,
-        ),
-    ] = None,
+    database_url: DatabaseUrl = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Apply pending migrations in order; an edited applied migration is an error."""

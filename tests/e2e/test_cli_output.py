@@ -13,8 +13,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.dev_cmd import Endpoints, _print_endpoints
 from cli.main import app
+from cli.stack.dev_cmd import Endpoints, _print_endpoints
 from cli.stack.devconfig import DEFAULT_PATH, REPO_ROOT, load_dev_config
 from cli.stack.lock import DataDirLock, StackInfo, StackRunning
 from cli.stack.process import free_port

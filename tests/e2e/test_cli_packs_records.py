@@ -14,8 +14,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from cli.demo_data import load_demo
 from cli.main import app
+from cli.stack.demo_data import load_demo
 from cli.stack.devconfig import load_dev_config
 from cli.stack.process import free_port
 from services.record_store import PostgresRecordStore

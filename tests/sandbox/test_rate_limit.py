@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from cli.sandbox_cmd import load_sandbox_config
+from cli.stack.sandbox_cmd import load_sandbox_config
 from sandbox.client import SandboxClient
 from sandbox.config import ObjectTypeConfig, RateLimitConfig
 from sandbox.rate_limit import DailyLimit, RateLimitSettings

@@ -7,8 +7,10 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from importlib.metadata import version
 
 import typer
+from typer.testing import CliRunner
 
 from cli.main import COMMAND_MODULES, app, modules_for
 
@@ -62,3 +64,16 @@ def test_one_command_still_runs_with_its_own_help() -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "status" in run.stdout and "Exit codes:" in run.stdout
+
+
+def test_the_dev_install_has_the_local_stack_commands() -> None:
+    """In a checkout's dev install `dev` and `sandbox` are commands; the wheel leaves them
+    out with the sandbox remote (tests/e2e/test_wheel.py)."""
+    assert {"stack.dev_cmd", "stack.sandbox_cmd"} <= set(COMMAND_MODULES)
+    assert {"dev", "sandbox"} <= set(_names(app))
+
+
+def test_version_is_the_installed_distributions() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"connector-push {version('connector-push')}\n"

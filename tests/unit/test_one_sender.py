@@ -42,7 +42,7 @@ EXCEPTIONS: Final = {
 # Requests to the dev stack's own processes (the Temporal UI, the ingress's metrics, a
 # health probe of a local port): no remote at all.
 LOCAL_PROCESSES: Final = {
-    "cli/dev_cmd.py": "waits for the dev stack's own ports",
+    "cli/stack/dev_cmd.py": "waits for the dev stack's own ports",
     "cli/stack/temporal.py": "waits for the local Temporal UI",
     "cli/status_cmd.py": "reads the local ingress's /metrics",
 }

@@ -302,7 +302,7 @@ def test_every_allowed_literal_is_still_used_where_it_is_allowed(deny: Denylist)
         ("db/links.py", "Q = \"SELECT 1 WHERE profile = 'sandbox-locator'\"\n"),
         ("worker/main.py", 'OWNER = f"{x}demo-owner"\n'),
         ("ingress/webhook.py", 'FIELD = "portalId"\n'),
-        ("cli/demo_data.py", 'USERS = "users alice and bob"\n'),
+        ("cli/stack/demo_data.py", 'USERS = "users alice and bob"\n'),
         ("protocol/remote_ids.py", 'PATH = "/crm/v3/objects/{target}"\n'),
         ("protocol/daily_quota.py", 'POLICIES = frozenset({"DAILY"})\n'),
         ("protocol/outcome.py", 'LOCKED = "UNABLE_TO_LOCK_ROW"\n'),

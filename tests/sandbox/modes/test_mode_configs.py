@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.sandbox_cmd import load_sandbox_config
+from cli.stack.sandbox_cmd import load_sandbox_config
 from sandbox.config import ObjectTypeConfig, RateLimitConfig, SandboxConfig
 from tests.sandbox.modes.conftest import TOKEN_A, auth
 from tests.sandbox.support import eventually

@@ -178,7 +178,7 @@ class DevStack:
 
     async def _load_demo(self, database_url: str) -> None:
         """After migrations: the demo pack and records, for a newcomer to push."""
-        from cli.demo_data import load_demo  # the services it loads with: only when it runs
+        from cli.stack.demo_data import load_demo  # the services it loads with: only when it runs
 
         marker = self.config.resolve(self.config.data_dir) / DEMO_MARKER
         if marker.exists() and not self.load_demo:
