@@ -140,11 +140,11 @@ async def _set_rate_limits(rates: dict[str, float], settings: RuntimeSettings) -
     return f"rate limits: {len(rates)} limited budget(s) set on task queue {settings.task_queue}"
 
 
-async def _preview(dsn: str, manifest: PackManifest, *, reinstall: bool) -> ApplyPreview:
+async def _preview(dsn: str, manifest: PackManifest, **options: bool) -> ApplyPreview:
     from services.pack_preview import preview_apply
 
     async with connect(dsn) as conn:
-        return await preview_apply(conn, manifest, reinstall=reinstall)
+        return await preview_apply(conn, manifest, **options)
 
 
 def _print_preview(preview: ApplyPreview) -> None:
@@ -181,7 +181,7 @@ def apply_command(
         typer.Option(
             "--dry-run",
             help="Show what the new install would do to links, attempts and creates, per "
-            "drift surface; write nothing.",
+            "drift surface, and exit 2 if its unverified claims would refuse it; write nothing.",
         ),
     ] = False,
     reinstall: Annotated[
@@ -209,6 +209,7 @@ def apply_command(
     import asyncio
 
     from cli.entry import run_closing_temporal
+    from cli.pack_verify import end_as_apply_would
     from worker.settings import RuntimeSettings
 
     manifest = validate_manifest_file(file)
@@ -216,16 +217,17 @@ def apply_command(
         bad_input(f"{_REINSTALL_CONSEQUENCE}; pass --confirm-reinstall to proceed")
     if confirm_reinstall and not reinstall:
         bad_input("--confirm-reinstall confirms --reinstall, which was not given")
+    settings = load_settings(RuntimeSettings)  # before the install: exit 5, nothing written
+    claims, dsn = claim_options(settings, accept_unverified, reason), _dsn(database_url)
     if dry_run:
-        preview = asyncio.run(_preview(_dsn(database_url), manifest, reinstall=reinstall))
+        preview = asyncio.run(_preview(dsn, manifest, reinstall=reinstall, **claims))
         if as_json:
             echo_json(preview.model_dump(mode="json"))
         else:
             _print_preview(preview)
+        end_as_apply_would(preview)  # exit 2 where the apply would refuse
         return
     required_text("--operator", operator)
-    settings = load_settings(RuntimeSettings)  # before the install: exit 5, nothing written
-    claims, dsn = claim_options(settings, accept_unverified, reason), _dsn(database_url)
     applied = _apply(dsn, manifest, reinstall=reinstall, operator=operator, reason=reason, **claims)
     result, rates = asyncio.run(applied)
     note = run_closing_temporal(_set_rate_limits(rates, settings))

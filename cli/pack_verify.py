@@ -19,6 +19,7 @@ from cli.errors import EXIT_FAILED, required_text
 if TYPE_CHECKING:
     from db.records import Conn
     from protocol.manifest import PackManifest
+    from services.pack_preview import ApplyPreview
     from services.pack_verify import VerifyReport
     from services.packs import ApplyPackResult
     from worker.settings import RuntimeSettings
@@ -52,6 +53,16 @@ async def apply_checked(conn: Conn, manifest: PackManifest, **options: Any) -> A
         return await apply_pack(conn, manifest, **options)
     except ClaimsUnverified as exc:
         bad_input(f"pack not applied (nothing written): {exc}")
+
+
+def end_as_apply_would(preview: ApplyPreview) -> None:
+    """`pack apply --dry-run` ends as the apply would: exit 2 naming the unverified claims
+    it would refuse; accepted ones are named (the apply audits them)."""
+    if preview.claims_refusal is not None:
+        bad_input(f"dry run: pack apply would refuse this pack: {preview.claims_refusal}")
+    if preview.unverified_claims:
+        accepted = "\n  ".join(preview.unverified_claims)
+        typer.echo(f"dry run: pack apply would accept, audited:\n  {accepted}", err=True)
 
 
 def _credential(credential_ref: str, base_url: str) -> str:

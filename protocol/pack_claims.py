@@ -4,7 +4,8 @@ Rules kept in this module:
 1. A claim is something the runtime acts on without asking the remote: a re-sent create
    under an idempotency key (`idempotency.post`), a PATCH refused when stale
    (`precondition`), a direct look-up by locator (`locatorRecovery`), an answer that
-   applied nothing (`notAppliedStatuses`), the id found at `responseIdPath`.
+   applied nothing (`notAppliedStatuses`, by status alone or by `notAppliedAnswers`),
+   the id found at `responseIdPath`.
 2. Each is reported `holds`, `does_not_hold` or `not_tested`, with the evidence.
 3. `pack apply` refuses a profile whose replay-safety or precondition claim was found not
    holding for the pack's digest; in a production deployment, also one never verified
@@ -73,7 +74,7 @@ def declared_claims(profile: Profile) -> tuple[Claim, ...]:
         claims.append(Claim.PRECONDITION)
     if profile.locator_recovery is not None:
         claims.append(Claim.LOCATOR_LOOKUP)
-    if profile.not_applied_statuses:
+    if profile.not_applied_statuses or profile.not_applied_answers:
         claims.append(Claim.NOT_APPLIED)
     claims.append(Claim.RESPONSE_ID_PATH)
     return tuple(claims)

@@ -16,7 +16,14 @@ from protocol.drift import Disposition, DriftSurface, Finding, classify, fails_c
 from protocol.installable import check_installable
 from protocol.manifest import PackManifest, parse_manifest
 from protocol.snapshots import manifest_digest
-from services.packs import EXAMPLES, create_path_changes, pack_of_install, previous_manifest
+from services.packs import (
+    EXAMPLES,
+    claims_refusal,
+    create_path_changes,
+    pack_of_install,
+    previous_manifest,
+    unverified_claims,
+)
 from services.rows import attempt_snapshot, link_snapshot
 
 PREVIEW_INSTALL_ID = "(new install)"
@@ -62,6 +69,10 @@ class ApplyPreview(BaseModel):
     attempts_examined: int = 0
     links_failing_closed: int = 0
     impacts: tuple[SurfaceImpact, ...] = ()
+    # The claims `pack verify` did not find holding (PROF-1..3), and the refusal `pack
+    # apply` would answer with them unless the operator accepts them (None: it would not).
+    unverified_claims: tuple[str, ...] = ()
+    claims_refusal: str | None = None
 
 
 class _Tally:
@@ -92,12 +103,18 @@ class _Tally:
 
 
 async def preview_apply(
-    conn: Conn, document: Mapping[str, object] | PackManifest, *, reinstall: bool = False
+    conn: Conn,
+    document: Mapping[str, object] | PackManifest,
+    *,
+    reinstall: bool = False,
+    production: bool = False,
+    accept_unverified_claims: bool = False,
 ) -> ApplyPreview:
     """`pack apply --dry-run`: per drift surface, what activating `document` would do to the
     owner's finalized links and active attempts (the classifier's own verdicts against the
-    would-be install), and which action slots' creates it would block. Reads only, page by
-    page; writes nothing."""
+    would-be install), which action slots' creates it would block, and whether apply would
+    refuse it for its unverified claims (with `apply_pack`'s arguments of that name). Reads
+    only, page by page; writes nothing."""
     manifest = check_installable(
         document if isinstance(document, PackManifest) else parse_manifest(document)
     )
@@ -111,7 +128,15 @@ async def preview_apply(
         unchanged=current is not None and current.manifest_digest == digest and not reinstall,
     )
     if preview.unchanged:
-        return preview
+        return preview  # apply writes nothing, so it refuses nothing either
+    problems = await unverified_claims(conn, manifest, production)
+    refused = problems and not accept_unverified_claims
+    preview = preview.model_copy(
+        update={
+            "unverified_claims": problems,
+            "claims_refusal": str(claims_refusal(problems)) if refused else None,
+        }
+    )
     ancestors: frozenset[str] = frozenset()
     if current is not None and not reinstall:
         old = await pack_of_install(conn, current)

@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from db import pack_verifications as q
 from db.records import Conn
 from protocol.jsonpath import extract_id
-from protocol.manifest import ActionSlot, PackManifest, Profile
+from protocol.manifest import ActionSlot, AnswerMatch, PackManifest, Profile
+from protocol.outcome import lookup_id_path
 from protocol.pack_claims import (
     Claim,
     ClaimResult,
@@ -38,7 +39,7 @@ from protocol.pack_claims import (
     declared_claims,
 )
 from protocol.request import locator_lookup_path, wrap_body
-from protocol.snapshots import manifest_digest
+from protocol.snapshots import ProfileSnapshot, manifest_digest
 from protocol.templates import render
 
 REQUEST_TIMEOUT_S: Final = 10.0
@@ -235,9 +236,11 @@ async def probe_locator(probe: Probe) -> ClaimResult:
     locator = str(properties[recovery.remote_property])
     path = locator_lookup_path(recovery, probe.target.target_object, locator)
     found = await probe.send("GET", path)
-    found_id = (
-        extract_id(_json(found), probe.target.slot.response_id_path) if found.is_success else None
+    # Where the runtime reads the look-up's id: the locator's own path, else the create's.
+    id_path = lookup_id_path(
+        probe.target.slot.response_id_path, ProfileSnapshot.build(probe.target.profile)
     )
+    found_id = extract_id(_json(found), id_path) if found.is_success else None
     evidence = (
         f"created {remote_id!r}; GET {path} answered {found.status_code}"
         f"{f' with id {found_id!r}' if found_id is not None else ''}"
@@ -270,12 +273,20 @@ async def probe_precondition(probe: Probe) -> ClaimResult:
     return _result(Claim.PRECONDITION, fresh.is_success and stale.status_code == STALE, evidence)
 
 
+def _answer_text(answer: AnswerMatch) -> str:
+    if answer.body_field is None:
+        return str(answer.status)
+    return f"{answer.status} with {answer.body_field} {answer.body_value}"
+
+
 def not_applied_untested(profile: Profile) -> ClaimResult:
-    statuses = ", ".join(str(s) for s in profile.not_applied_statuses)
+    answers = [str(s) for s in profile.not_applied_statuses]
+    answers += [_answer_text(a) for a in profile.not_applied_answers]
     return ClaimResult(
         claim=Claim.NOT_APPLIED,
         finding=Finding.NOT_TESTED,
-        evidence=f"not provoked: a {statuses} answer from a real remote spends its quota",
+        evidence=f"not provoked: a {', '.join(answers)} answer from a real remote spends "
+        "its quota (or needs it to refuse on purpose)",
     )
 
 

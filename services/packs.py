@@ -216,19 +216,32 @@ async def apply_pack(
     )
 
 
+async def unverified_claims(
+    conn: Conn, manifest: PackManifest, production: bool
+) -> tuple[str, ...]:
+    """The guarded claims of `manifest` that `pack verify` did not find holding for its
+    digest (in `production`, also those never verified): what apply refuses or accepts."""
+    verified = await verifications_for(conn, manifest)
+    return tuple(unverified_claim_problems(manifest, verified, production=production))
+
+
+def claims_refusal(problems: tuple[str, ...]) -> ClaimsUnverified:
+    """The refusal of an install with `problems` the operator did not accept."""
+    hint = (
+        "run `connector-push pack verify PACK --profile NAME` against a test remote, "
+        f"or pass {ACCEPT_FLAG} with --reason (audited)"
+    )
+    return ClaimsUnverified((*problems, hint))
+
+
 async def _claims_gate(
     conn: Conn, manifest: PackManifest, production: bool, accept: bool
 ) -> tuple[str, ...]:
     """The unverified claims an install accepts (empty: none); raises `ClaimsUnverified`
     when there are some and the operator did not accept them."""
-    verified = await verifications_for(conn, manifest)
-    problems = tuple(unverified_claim_problems(manifest, verified, production=production))
+    problems = await unverified_claims(conn, manifest, production)
     if problems and not accept:
-        hint = (
-            "run `connector-push pack verify PACK --profile NAME` against a test remote, "
-            f"or pass {ACCEPT_FLAG} with --reason (audited)"
-        )
-        raise ClaimsUnverified((*problems, hint))
+        raise claims_refusal(problems)
     return problems
 
 

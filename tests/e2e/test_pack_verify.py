@@ -23,6 +23,9 @@ from services.packs import ClaimsUnverified, apply_pack
 from tests.e2e.conftest import demo_manifest
 from tests.e2e.hubspot_support import TOKEN, hubspot_manifest, set_credential
 from tests.e2e.hubspot_support import hubspot_remote as hubspot_remote  # the fixture
+from tests.e2e.pack_cases import salesforce_manifest
+from tests.e2e.pack_cases import salesforce_remote as salesforce_remote  # the fixture
+from tests.e2e.pack_cases import set_credential as set_pack_credential
 
 Doc = dict[str, Any]
 
@@ -204,3 +207,65 @@ async def test_verify_errors_are_clear_and_send_nothing(
     assert (await hubspot_admin.limits()).admitted == []
     help_text = await cli("pack", "verify", "--help")
     assert help_text.exit_code == 0 and "TEST account" in help_text.output
+
+
+async def test_the_salesforce_pack_passes_verify_and_an_idempotency_claim_is_refused(
+    db_dsn: str,
+    salesforce_remote: BackgroundSandbox,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 52 item 5: the look-up by external-id field answers the record itself (its id
+    at the locator's own responseIdPath, `$.Id`); the pack claims no idempotency key, and
+    one claimed anyway is found not holding: the remote ignores the key."""
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        admin = SandboxClient(salesforce_remote.url, http)
+        await admin.reset()
+        manifest = salesforce_manifest(salesforce_remote.url)
+        set_pack_credential(monkeypatch, manifest, salesforce_remote.url)
+        pack = write(tmp_path, "salesforce.yaml", manifest)
+        result = await verify(db_dsn, pack, "sf-rest")
+        assert result.exit_code == 0, result.output
+        assert findings(result) == {
+            "locatorRecovery": "holds",
+            "notAppliedStatuses": "not_tested",
+            "responseIdPath": "holds",
+        }
+        assert await admin.objects("Contact") == []  # every throw-away record deleted
+
+        manifest["profiles"][0]["idempotency"] = {
+            "post": {"header": "Idempotency-Key", "keyRetention": "24h"}
+        }
+        claimed = write(tmp_path, "claimed.yaml", manifest)
+        refused = await verify(db_dsn, claimed, "sf-rest")
+        assert refused.exit_code == 1, refused.output
+        assert findings(refused)["idempotency.post"] == "does_not_hold"
+        assert await admin.objects("Contact") == []
+    applied = await cli("pack", "apply", str(claimed), "--database-url", db_dsn)
+    assert applied.exit_code == 2 and "idempotency.post was found not holding" in applied.output
+    await _dry_run_previews_the_refusal(db_dsn, claimed)
+
+
+async def _dry_run_previews_the_refusal(dsn: str, pack: Path) -> None:
+    """`pack apply --dry-run` ends as the apply would: exit 2 naming the claim (nothing
+    written), and with the audited override it names the claims it would accept."""
+    table = await cli("pack", "apply", str(pack), "--dry-run", "--database-url", dsn)
+    assert table.exit_code == 2, table.output
+    assert "dry run: pack apply would refuse this pack" in table.stderr
+    assert "idempotency.post was found not holding" in table.stderr
+    assert "would make a new install" in table.stdout
+    shown = await cli("pack", "apply", str(pack), "--dry-run", "--json", "--database-url", dsn)
+    preview = json.loads(shown.stdout)
+    assert shown.exit_code == 2 and len(preview["unverified_claims"]) == 1
+    assert "idempotency.post was found not holding" in preview["claims_refusal"]
+    accepted = await cli(
+        "pack", "apply", str(pack), "--dry-run", "--database-url", dsn,
+        "--accept-unverified-claims", "--reason", "test remote",
+    )  # fmt: skip
+    assert accepted.exit_code == 0, accepted.output
+    assert "would accept, audited" in accepted.stderr and "idempotency.post" in accepted.stderr
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM pack_install") == 0
+    finally:
+        await conn.close()
