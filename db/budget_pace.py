@@ -1,8 +1,10 @@
-"""Named statement for remote budgets' pace (SPEC NF-8, migration 0150): reserve the next
-request slot of a budget, shared by every worker, in one statement."""
+"""Named statements for remote budgets' pace (SPEC NF-8, NF-8'; migrations 0150, 0330):
+reserve the next request slot of a budget, and take a request's turn in its send window,
+each shared by every worker, each in one statement."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from db.records import Conn
@@ -49,3 +51,49 @@ async def reserve_slot(
     row = await conn.fetchrow(RESERVE_SLOT, budget_key, interval_s, tolerance_s, max_wait_s)
     assert row is not None
     return bool(row["reserved"]), float(row["wait_s"])
+
+
+# NF-8' (migration 0330): the request may leave now when fewer than $2 of the budget's
+# recorded sends are younger than $3 seconds; it is then recorded (the last $2 kept).
+# The conflict arm holds the budget's row lock, and its clock is read under it, so two
+# senders never both take the last place of one window, and the instant recorded is
+# never earlier than the check. A refusal records nothing and answers the seconds until
+# the L-th newest send ages out, read from the statement's snapshot: a send committed
+# while this one waited for the lock makes it short, never long (the caller asks again).
+TAKE_SEND_TURN: Final = """
+WITH taken AS (
+    INSERT INTO connector_budget_pace AS p (budget_key, next_free, sent)
+    VALUES ($1, clock_timestamp(), ARRAY[clock_timestamp()])
+    ON CONFLICT (budget_key) DO UPDATE
+    SET sent = (p.sent || clock_timestamp())[greatest(1, cardinality(p.sent) + 2 - $2):]
+    WHERE cardinality(p.sent) < $2
+        OR p.sent[cardinality(p.sent) + 1 - $2]
+            <= clock_timestamp() - make_interval(secs => $3)
+    RETURNING extract(epoch FROM p.sent[cardinality(p.sent)])::float8 AS at
+)
+SELECT (SELECT at FROM taken) AS sent_at,
+    coalesce((
+        SELECT extract(epoch FROM sent[cardinality(sent) + 1 - $2]
+            + make_interval(secs => $3) - clock_timestamp())
+        FROM connector_budget_pace WHERE budget_key = $1 AND cardinality(sent) >= $2
+    ), 0)::float8 AS wait_s
+"""
+
+
+@dataclass(frozen=True)
+class SendTurnAnswer:
+    """A send window's answer: the instant recorded for the request (epoch seconds on
+    Postgres's clock; None: refused), else the seconds until it may ask with success."""
+
+    sent_at: float | None
+    wait_s: float
+
+
+async def take_send_turn(
+    conn: Conn, budget_key: str, requests: int, span_s: float
+) -> SendTurnAnswer:
+    """Record a send of the budget now if its window allows it (at most `requests` in
+    any `span_s`), or answer how long until it may be (at least; 0: ask again at once)."""
+    row = await conn.fetchrow(TAKE_SEND_TURN, budget_key, requests, span_s)
+    assert row is not None
+    return SendTurnAnswer(row["sent_at"], float(row["wait_s"]))

@@ -6,7 +6,7 @@ hash (no credential reference leaves Postgres in clear). The budget's rate is
 the smallest `rateLimit` declared by a profile that spends it; a budget no
 profile limits has no rate and its requests carry no key.
 
-Enforcement has two parts (PROF-3, NF-8); these functions only decide
+Enforcement has three parts (PROF-3, NF-8, NF-8'); these functions only decide
 the numbers, so they are pure and tested without a server:
 
 - Temporal's matching dispatches a budget's remote activities at its declared rate
@@ -15,31 +15,41 @@ the numbers, so they are pure and tested without a server:
   saves use two keys of the budget: Temporal's limiter gives a key's tasks their turns
   in arrival order whatever their priority (measured: a single save queued behind 30
   bulk tasks of its key went last), so a single save needs a key with no queue.
-- A slot reserved in Postgres (`db.budget_pace`, a GCRA shared by every worker) caps
-  the two keys together at the paced rate: each remote activity waits for its slot
-  before it sends. A slot is reserved before the send, so a worker's death can only
-  leave a slot unused. An idle budget catches up nothing (`CATCH_UP_S`).
+- A slot reserved in Postgres (`db.budget_pace`, a GCRA shared by every worker) spaces
+  the two keys' activities together at the paced rate: each remote activity waits for
+  its slot before it claims its send. This is smoothness, not the bound: a slot is
+  reserved ahead of the send, and senders that wake late for theirs (a stalled event
+  loop, a starved CPU) send together (21 in a 10 s window of a 20 budget, bench P6
+  under load 7.9).
+- The bound is the send window (NF-8'), checked where each request leaves
+  (`services.remote.send`, every POST, PATCH, look-up and read-back GET): in one
+  statement under the budget's row lock, a request may go at t only if fewer than L of
+  the budget's requests were recorded in (t - W - SEND_WINDOW_MARGIN_S, t], and it is
+  recorded at t (the budget keeps its last L send instants). Every request arrives at
+  most SEND_WINDOW_MARGIN_S after its record, so any L + 1 arrivals span more than W:
+  no window of W at the remote holds more than L. A request that cannot get its turn
+  while its activity keeps a whole request timeout after it (G-7) is not sent
+  (`not_sent`, tried again like any request that never left).
 
-NF-8': a remote's limiter may have no tolerance (HubSpot's counts every request of a
-rolling 10 s window), so no window of requests *sent* may exceed the declared limit.
-Slots are paced one interval of margin apart per window: L requests take W + W/L, so
-any window of W holds at most L slots (floor(L²/(L+1)) + 1 = L) and a send up to about
-one interval late still keeps it there; the cost is L/(L+1) of the rate (0.95 at 20
-per 10 s, 0.99 at 100, 0.995 at 190).
+The window of a budget allows L per W + SEND_WINDOW_MARGIN_S; the slots are paced at L
+per W + PACE_MARGIN_S, a little slower, so a lateness the window check passed on to the
+next senders drains instead of lasting: the cost is W/(W + PACE_MARGIN_S) of the
+declared rate (0.96 at any L for a 10 s window).
 
-The earlier rule (Temporal alone, 20 requests of every window kept unused for its
-limiter's run-ahead) spent 80% of a 100/10 s limit and half of a 20/10 s one.
+An idle budget catches up nothing (`CATCH_UP_S`): the window would allow L at once,
+the slots space them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 from pydantic import BaseModel, ConfigDict
 
 from protocol.identity import hash_parts
 from protocol.manifest import PackManifest, RateLimit
+from protocol.timeouts import REMOTE_HTTP_TIMEOUT, REQUEST_DEADLINE_MARGIN
 
 BUDGET_KEY_PREFIX: Final = "rb1_"
 BUDGET_KEY_DOMAIN: Final = b"connector-push/remote-budget/v1\x00"
@@ -51,6 +61,21 @@ DISPATCH_AHEAD: Final = 1.0
 # An idle budget's catch-up (seconds of its rate sent at once): none, since a strict
 # limiter counts a burst after idle against the window it lands in (NF-8').
 CATCH_UP_S: Final = 0.0
+# The gap the send window allows between a request's record (Postgres's clock, in the
+# statement that grants its turn) and its arrival at the remote's limiter: the answer
+# reaching the sender's event loop, the HTTP client's connection and write, the remote's
+# parsing before it counts. Local sends take milliseconds; under load 8 on two cores an
+# event loop resumes a task tens to a couple of hundred ms late, and a real remote's
+# network jitter is tens of ms on a kept-alive connection. Requests that arrive within W
+# of each other were recorded within W + margin of each other, so no remote window
+# exceeds L while no request arrives later than this after its record; a larger margin
+# costs rate (a window allows L per W + margin: 0.98 of a 10 s limit at 0.2 s).
+SEND_WINDOW_MARGIN_S: Final = 0.2
+# The slots' pace: L per W + this, a margin past the window's own so that a lateness the
+# window check carried over to the next senders (each sender may go no earlier than the
+# L-th before it, plus W + margin) drains by this much less SEND_WINDOW_MARGIN_S per L
+# sends; less would hold it for good, more costs rate (W / (W + this): 0.96 at 10 s).
+PACE_MARGIN_S: Final = 2 * SEND_WINDOW_MARGIN_S
 # How late a sender may wake for its slot and still send, and the longest a remote
 # activity waits for its slot (it has 30 s, the HTTP request up to 10): a longer wait is
 # spent in a workflow timer instead, without a slot, and the step is tried again. A bulk
@@ -84,9 +109,56 @@ def budget_key(remote_scope: str, credential_ref: str) -> str:
 
 
 def paced_per_second(limit: RateLimit) -> float:
-    """The rate a declared limit is paced at (requests/s): L requests per W + W/L, so no
-    window of W holds more than L sends (NF-8', the module's docstring)."""
-    return limit.per_second * limit.requests / (limit.requests + 1)
+    """The rate a declared limit's slots are paced at (requests/s): L requests per
+    W + PACE_MARGIN_S, a little slower than its send window allows (the module's
+    docstring)."""
+    window = send_window(limit)
+    return window.requests / (window.span_s - SEND_WINDOW_MARGIN_S + PACE_MARGIN_S)
+
+
+# The longest send window a budget keeps (its last L send instants, in one row): a larger
+# limit is held to the same fraction of a proportionally shorter window, which bounds
+# every window of the declared length too (k whole sub-windows of W/k, at most L/k each).
+MAX_WINDOW_REQUESTS: Final = 1000
+
+
+class SendWindow(BaseModel):
+    """A budget's send window (NF-8'): at most `requests` in any `span_s` (W +
+    SEND_WINDOW_MARGIN_S), counted where each request leaves."""
+
+    model_config = ConfigDict(frozen=True)
+
+    requests: int
+    span_s: float
+
+
+def send_window(limit: RateLimit) -> SendWindow:
+    """The send window that keeps every W of a declared limit at most L at the remote."""
+    parts = -(-limit.requests // MAX_WINDOW_REQUESTS)  # ceil: 1 up to the cap
+    return SendWindow(
+        requests=limit.requests // parts,
+        span_s=limit.per_seconds / parts + SEND_WINDOW_MARGIN_S,
+    )
+
+
+def window_allows(sent: Sequence[float], at: float, window: SendWindow) -> bool:
+    """The send window's rule (`db.budget_pace.TAKE_SEND_TURN` applies it in Postgres):
+    a request may leave at `at` when fewer than L of the budget's requests were recorded
+    in the span before it (`sent`: the recorded instants, oldest first)."""
+    if len(sent) < window.requests:
+        return True
+    return sent[len(sent) - window.requests] <= at - window.span_s
+
+
+def window_wait_allowance(time_left_s: float | None) -> float:
+    """How long a request may wait for its send window turn (G-7): never into its own
+    timeout nor the margin that records its answer, and at most MAX_PACE_WAIT_S. Zero:
+    it goes now if the window allows, or not at all (`not_sent`)."""
+    cap = MAX_PACE_WAIT_S
+    if time_left_s is None:
+        return cap
+    spare = time_left_s - REQUEST_DEADLINE_MARGIN.total_seconds()
+    return max(0.0, min(cap, spare - REMOTE_HTTP_TIMEOUT.total_seconds()))
 
 
 def remote_priority_key(bulk: bool) -> int:
@@ -135,8 +207,8 @@ MAX_SLOTS_MISSED: Final = 1
 def slot_missed(overslept_s: float) -> bool:
     """Whether a sender that woke `overslept_s` after its slot has missed it: sent now, it
     would land among the slots reserved after its own (a stalled process wakes every
-    sender it held at once, a burst the remote's window counts). Within the catch-up an
-    idle budget is allowed anyway, it has not."""
+    sender it held at once). The send window still bounds such a burst (it waits its
+    turn there); reserving again keeps the pace smooth. Within the tolerance, it has not."""
     return overslept_s > PACE_TOLERANCE_S
 
 
@@ -151,13 +223,25 @@ def declared_limits(manifests: Iterable[PackManifest]) -> Iterator[tuple[str, Ra
                 yield key, profile.rate_limit
 
 
+def budget_limits(manifests: Iterable[PackManifest]) -> dict[str, RateLimit]:
+    """Every limited budget's declared limit, the slowest where profiles differ (the
+    fewer requests at an equal rate: the tighter burst)."""
+    limits: dict[str, RateLimit] = {}
+    for key, limit in declared_limits(manifests):
+        held = limits.get(key)
+        if held is None or (limit.per_second, limit.requests) < (held.per_second, held.requests):
+            limits[key] = limit
+    return limits
+
+
 def budget_rates(manifests: Iterable[PackManifest]) -> dict[str, float]:
     """Every limited budget's paced rate (requests/s), the slowest where profiles differ."""
-    rates: dict[str, float] = {}
-    for key, limit in declared_limits(manifests):
-        rate = paced_per_second(limit)
-        rates[key] = min(rate, rates.get(key, rate))
-    return rates
+    return {key: paced_per_second(limit) for key, limit in budget_limits(manifests).items()}
+
+
+def budget_windows(manifests: Iterable[PackManifest]) -> dict[str, SendWindow]:
+    """Every limited budget's send window, of the same limit its rate is paced at."""
+    return {key: send_window(limit) for key, limit in budget_limits(manifests).items()}
 
 
 def destination_budget(

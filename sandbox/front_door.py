@@ -53,6 +53,9 @@ class GateReport(BaseModel):
     locked: bool
     refused: dict[str, int]
     admitted: list[Arrival]
+    # When each refused request arrived (Unix time, sandbox clock): with `admitted`, every
+    # request the client sent, as the remote counted them arriving (NF-8').
+    refused_at: list[float] = Field(default_factory=list)
 
 
 class Gate(Protocol):
@@ -87,10 +90,12 @@ class GateLog:
         self.locked = False
         self._refused: dict[str, int] = {}
         self._admitted: list[Arrival] = []
+        self._refused_at: list[float] = []
 
     def refuse(self, reason: str, refusal: Reply, headers: Mapping[str, str]) -> Admission:
-        """Count a refusal under `reason`."""
+        """Count a refusal under `reason`, and log when it arrived."""
         self._refused[reason] = self._refused.get(reason, 0) + 1
+        self._refused_at.append(self.clock.wall())
         return Admission(refusal, headers)
 
     def admit(self, credential: str, method: str, path: str) -> None:
@@ -102,6 +107,7 @@ class GateLog:
         self.locked = False
         self._refused.clear()
         self._admitted.clear()
+        self._refused_at.clear()
 
     def report(self, mode: SandboxMode, limits: BaseModel) -> GateReport:
         return GateReport(
@@ -110,6 +116,7 @@ class GateLog:
             locked=self.locked,
             refused=dict(self._refused),
             admitted=list(self._admitted),
+            refused_at=list(self._refused_at),
         )
 
 

@@ -27,6 +27,7 @@ from services.daily_quota import QuotaWait
 from services.dispatch_hooks import DispatchHooks
 from services.landing import with_landing
 from services.rows import view_of
+from services.send_window import SendTurn
 
 # Writes a try's checkpoint and journal row under its claim; None: another claim owns it.
 Checkpoint = Callable[[Conn], Awaitable[int | None]]
@@ -44,7 +45,7 @@ class LinkStep:
     """One step of a link's workflow: the worker's pool and HTTP client, the test seams,
     the step's name (its Postgres spans carry it, NF-1), its heartbeat, and when its
     activity's start-to-close ends (`loop.time()`; None outside an activity): each request
-    passes it to `services.remote.send` as its deadline (G-7)."""
+    passes it to `services.remote.send` as its deadline (G-7), with its `turn` (NF-8')."""
 
     pool: asyncpg.Pool
     http: httpx.AsyncClient
@@ -52,6 +53,10 @@ class LinkStep:
     name: str = "transaction"
     heartbeat: Callable[[], None] = _no_heartbeat
     deadline: float | None = None
+
+    def turn(self, remote_scope: str) -> SendTurn:
+        """Where this step's request to `remote_scope` takes its send window turn (NF-8')."""
+        return SendTurn(self.pool, remote_scope)
 
     @asynccontextmanager
     async def tx(self, key: str) -> AsyncIterator[Conn]:

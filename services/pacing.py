@@ -1,5 +1,7 @@
-"""The slot of its remote budget every remote step waits for before it sends (SPEC
-NF-8, PROF-3); the rates and the slots are `services.rate_limit`."""
+"""The slot of its remote budget every remote step waits for before it claims its send
+(SPEC NF-8, PROF-3); the rates and the slots are `services.rate_limit`. The slots space
+a budget's steps; each request's send window turn (`services.send_window`, taken in
+`services.remote.send`) is what bounds the budget's windows (NF-8')."""
 
 from __future__ import annotations
 

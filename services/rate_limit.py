@@ -1,5 +1,6 @@
 """Remote rate limits across every worker (SPEC PROF-3, NF-8): Temporal's matching
-dispatches, a slot in Postgres caps (see `protocol.rate_limit`).
+dispatches, a slot in Postgres spaces (see `protocol.rate_limit`); the send window that
+bounds each request is `services.send_window`, read from the rates cached here.
 
 Remote activities (POST, PATCH, locator look-ups) carry their budget's fairness
 key and a weight; the server limits each key to the task queue's default
@@ -17,7 +18,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import asyncpg
@@ -35,9 +36,11 @@ from protocol.rate_limit import (
     CATCH_UP_S,
     MAX_SLOTS_MISSED,
     RemoteBudgetResult,
+    SendWindow,
     budget_key,
     budget_rates,
     budget_result,
+    budget_windows,
     destination_budget,
     fairness_weight,
     pace_slot,
@@ -79,6 +82,7 @@ RATES_TTL_S: Final = 10.0
 @dataclass
 class _RateCache:
     rates: dict[str, float] | None = None
+    windows: dict[str, SendWindow] = field(default_factory=dict)  # read with `rates`
     read_generation: int = -1  # the generation the cached rates were read at
     generation: int = 0  # bumped by every pack change notification
     expires: float = 0.0
@@ -116,18 +120,29 @@ def _lock(pool: asyncpg.Pool) -> asyncio.Lock:
     return locks.setdefault(database_key(pool), asyncio.Lock())
 
 
-async def _cached_rates(pool: asyncpg.Pool) -> dict[str, float]:
+async def _fresh_cache(pool: asyncpg.Pool) -> _RateCache:
     cache = _cache(pool)
     async with _lock(pool):
         if not cache.fresh(time.monotonic()):
             # A change notified while this read runs bumps the generation again, so the
             # rates read here are used for this call only and re-read on the next.
             generation = cache.generation
-            rates = await current_budget_rates(pool)
-            cache.rates, cache.read_generation = rates, generation
+            async with bounded_transaction(pool) as conn:
+                manifests = await active_manifests(conn)
+            cache.rates, cache.windows = budget_rates(manifests), budget_windows(manifests)
+            cache.read_generation = generation
             cache.expires = time.monotonic() + RATES_TTL_S
         assert cache.rates is not None
-        return cache.rates
+        return cache
+
+
+async def _cached_rates(pool: asyncpg.Pool) -> dict[str, float]:
+    return (await _fresh_cache(pool)).rates or {}
+
+
+async def cached_send_window(pool: asyncpg.Pool, key: str) -> SendWindow | None:
+    """Budget `key`'s send window from the cached packs (NF-8'); None: not limited."""
+    return (await _fresh_cache(pool)).windows.get(key)
 
 
 @asynccontextmanager

@@ -6,7 +6,9 @@ deadline (SPEC G-7: pool wait, connect, write and read together), taken when it 
 about to leave; a request cut before any byte of it was written is `not_sent`, one cut
 after is a timeout that may have landed. The answer is read within the same deadline
 and the bounds of S-6 (size, nesting, `Retry-After`). A credential leaves only for a host
-bound to it (S-3, `services.credentials`): this is the one sender, so no path skips it.
+bound to it (S-3, `services.credentials`), and each takes its turn in its budget's send
+window right before it leaves (NF-8', `services.send_window`): this is the one sender,
+so no path skips either.
 A production worker's client refuses `http://` before connecting (`services.plain_http`).
 """
 
@@ -34,6 +36,7 @@ from protocol.snapshots import ProfileSnapshot
 from protocol.timeouts import request_deadline_s
 from services.credentials import CredentialNotBound, bind_credential
 from services.plain_http import PlainHttpRefused
+from services.send_window import SendTurn, take_turn
 
 _tracer = trace.get_tracer(__name__)
 log = logging.getLogger(__name__)
@@ -79,11 +82,14 @@ async def send(
     body: JsonValue | None,
     *,
     deadline: float | None = None,
+    turn: SendTurn | None = None,
 ) -> Observation:
     """Send one request and classify the outcome; never raises for transport failures.
 
     `deadline`: the event-loop time (`loop.time()`) the calling activity's start-to-close
-    ends at (`LinkStep.deadline`); None outside an activity (the request timeout alone)."""
+    ends at (`LinkStep.deadline`); None outside an activity (the request timeout alone).
+    `turn`: where the request takes its turn in its budget's send window right before it
+    leaves (NF-8', `LinkStep.turn`); a request that gets none in time is `not_sent`."""
     all_headers = dict(headers)
     content = None
     if body is not None:
@@ -113,6 +119,16 @@ async def send(
             span.set_attribute("connector.credential_refused", str(refused))
             span.set_attribute("connector.transport", Transport.NOT_SENT.value)
             return Observation(transport=Transport.NOT_SENT)
+        if turn is not None:
+            waited = loop.time()
+            granted = await take_turn(turn, profile.credential_ref, deadline)
+            span.set_attribute("connector.window_wait_s", loop.time() - waited)
+            # G-7 again after the turn (a turn taken and not used under-spends its window).
+            budget = request_deadline_s(None if deadline is None else deadline - loop.time())
+            if not granted or budget <= 0:
+                span.set_attribute("connector.transport", Transport.NOT_SENT.value)
+                return Observation(transport=Transport.NOT_SENT)
+            request.extensions["timeout"] = httpx.Timeout(budget).as_dict()
         obs = await _exchange(http, request, budget, profile)
         span.set_attribute("connector.transport", obs.transport.value)
         if obs.status is not None:

@@ -48,6 +48,7 @@ async def send_create(step: LinkStep, key: str, plan: CreateSend) -> tuple[SentT
         request.headers,
         request.body,
         deadline=step.deadline,
+        turn=step.turn(request.remote_scope),
     )
     obs = obs.model_copy(update={"now": datetime.now(UTC)})
     await step.hooks.after_answer(plan.attempt_id)
@@ -62,8 +63,9 @@ async def look_up_locator(step: LinkStep, lookup: LocatorLookup) -> Observation:
     assert recovery is not None and request.locator_value is not None
     path = locator_lookup_path(recovery, request.target_object, request.locator_value)
     step.heartbeat()
+    turn = step.turn(request.remote_scope)
     obs = await remote.send(
-        step.http, "GET", request.profile, path, {}, None, deadline=step.deadline
+        step.http, "GET", request.profile, path, {}, None, deadline=step.deadline, turn=turn
     )
     obs = obs.model_copy(update={"now": datetime.now(UTC)})
     async with step.pool.acquire() as conn:

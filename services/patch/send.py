@@ -49,6 +49,7 @@ async def send_patch(step: LinkStep, key: str, plan: PatchSend) -> tuple[int, Ob
         plan.headers,
         plan.body,
         deadline=step.deadline,
+        turn=step.turn(plan.link.remote_scope),
     )
     return journal_id, obs.model_copy(update={"now": datetime.now(UTC)})
 
@@ -60,7 +61,10 @@ async def read_back(step: LinkStep, plan: PatchSend) -> Observation:
     journal_id = await _read_back_checkpoint(step, plan)
     step.heartbeat()
     path = readback_path(plan.contract, plan.link, plan.path)
-    obs = await remote.send(step.http, "GET", plan.contract, path, {}, None, deadline=step.deadline)
+    turn = step.turn(plan.link.remote_scope)
+    obs = await remote.send(
+        step.http, "GET", plan.contract, path, {}, None, deadline=step.deadline, turn=turn
+    )
     obs = obs.model_copy(update={"now": datetime.now(UTC)})
     async with step.pool.acquire() as conn:
         await record_try(conn, journal_id, obs)
@@ -77,7 +81,10 @@ async def read_linked_object(step: LinkStep, link: LinkSnapshot) -> Observation 
         return gate
     step.heartbeat()
     path = readback_path(link.profile, link, update_path_of(link))
-    return await remote.send(step.http, "GET", link.profile, path, {}, None, deadline=step.deadline)
+    turn = step.turn(link.remote_scope)
+    return await remote.send(
+        step.http, "GET", link.profile, path, {}, None, deadline=step.deadline, turn=turn
+    )
 
 
 async def _read_back_checkpoint(step: LinkStep, plan: PatchSend) -> int:

@@ -1,7 +1,9 @@
-"""Remote budgets (SPEC PROF-3): which key a destination spends and at what rate."""
+"""Remote budgets (SPEC PROF-3, NF-8'): which key a destination spends, at what rate its
+slots are paced, and the send window that bounds what reaches the remote."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -10,15 +12,26 @@ from protocol.manifest import ManifestInvalid, RateLimit
 from protocol.rate_limit import (
     BULK_MAX_PACE_WAIT_S,
     DISPATCH_AHEAD,
+    MAX_PACE_WAIT_S,
+    MAX_WINDOW_REQUESTS,
+    PACE_MARGIN_S,
+    PACE_TOLERANCE_S,
+    SEND_WINDOW_MARGIN_S,
+    SendWindow,
     budget_key,
     budget_rates,
+    budget_windows,
     destination_budget,
     fairness_key_for,
     fairness_weight,
     pace_slot,
     paced_per_second,
     remote_priority_key,
+    send_window,
+    window_allows,
+    window_wait_allowance,
 )
+from protocol.timeouts import REMOTE_HTTP_TIMEOUT, REQUEST_DEADLINE_MARGIN
 from tests.unit.factories import demo_manifest
 
 
@@ -39,18 +52,20 @@ def test_the_demo_profiles_share_one_budget_at_the_declared_rate() -> None:
 
     keys = {b.key for b in budgets.values() if b is not None}
     assert keys == {budget_key("sandbox-portal", "env:SANDBOX_TOKEN")}
-    # Only one profile declares the limit (100 per 10 s), paced one interval of margin below
-    # its 10/s (NF-8'); the others spend the same credential.
-    assert {b.per_second for b in budgets.values() if b is not None} == {10.0 * 100 / 101}
+    # Only one profile declares the limit (100 per 10 s), its slots paced at 100 per
+    # 10 s + PACE_MARGIN_S (NF-8'); the others spend the same credential.
+    assert {b.per_second for b in budgets.values() if b is not None} == {100 / (10 + PACE_MARGIN_S)}
 
 
 def test_the_smallest_declared_limit_wins_for_a_shared_budget() -> None:
     manifest = demo_manifest(_limit(0, 100))
     other = demo_manifest(_limit(1, 20)).model_copy(update={"connector_owner_key": "other"})
 
-    # 20 per 10 s: 2/s less its margin, slower than 100 per 10 s.
-    assert budget_rates([manifest, other]) == {
-        budget_key("sandbox-portal", "env:SANDBOX_TOKEN"): 2.0 * 20 / 21
+    # 20 per 10 s, slower than 100 per 10 s: its rate and its send window both.
+    key = budget_key("sandbox-portal", "env:SANDBOX_TOKEN")
+    assert budget_rates([manifest, other]) == {key: 20 / (10 + PACE_MARGIN_S)}
+    assert budget_windows([manifest, other]) == {
+        key: SendWindow(requests=20, span_s=10 + SEND_WINDOW_MARGIN_S)
     }
 
 
@@ -80,34 +95,72 @@ def test_the_weight_scales_the_default_rate_to_the_paced_rate() -> None:
 @pytest.mark.parametrize(
     ("requests", "per_seconds"), [(20, 10), (100, 10), (190, 10), (5, 1), (1, 10)]
 )
-def test_no_window_of_paced_sends_exceeds_the_declared_limit(
-    requests: int, per_seconds: float
-) -> None:
-    """NF-8': against a limiter with no tolerance, slots one paced interval apart put at
-    most `requests` in any window of `per_seconds`, whatever its alignment, and spend at
-    least 95% of the declared rate from 20 requests up (a margin of one interval)."""
+def test_slots_are_paced_below_the_send_window(requests: int, per_seconds: float) -> None:
+    """The slots alone put at most `requests` in any window of `per_seconds` when every
+    sender is on time, at >= 95% of a 10 s limit, and slower than the send window lets
+    through, so a lateness the window passes on drains (protocol.rate_limit)."""
     limit = RateLimit(requests=requests, per_seconds=per_seconds)
     interval = 1 / paced_per_second(limit)
     slots = [i * interval for i in range(requests * 5)]
-    # The busiest window starts at a slot: count every slot in [slot, slot + window).
-    worst = max(sum(1 for t in slots if s <= t < s + per_seconds) for s in slots)
-    assert worst == requests
-    if requests >= 20:
+    assert _worst_window(slots, per_seconds) <= requests
+    if per_seconds >= 10:
         assert paced_per_second(limit) >= 0.95 * limit.per_second
-    # A send that leaves up to one declared interval late (a slow wake, a slow connect)
-    # still keeps every window within the limit; at the whole declared rate, any delay
-    # at all puts limit + 1 in the window that ends at the next `requests`th send.
-    declared_interval = per_seconds / requests
-    assert (
-        _worst_window(_one_late(interval, requests, 0.9 * declared_interval), per_seconds)
-        <= requests
+    window = send_window(limit)
+    assert paced_per_second(limit) < window.requests / window.span_s
+
+
+@pytest.mark.parametrize(("requests", "per_seconds"), [(20, 10), (40, 10), (100, 10), (190, 10)])
+def test_no_window_of_arrivals_exceeds_the_limit_however_late_the_senders(
+    requests: int, per_seconds: float
+) -> None:
+    """NF-8': senders wake for their slots up to the slot rule's tolerance late (the
+    bunching that put 21 in a window of 20), take their turns in the send window, and
+    arrive up to SEND_WINDOW_MARGIN_S after their records: no window of `per_seconds` at
+    the remote holds more than `requests`. Sent at their wakes (the slot rule), some do."""
+    limit = RateLimit(requests=requests, per_seconds=per_seconds)
+    rng = random.Random(requests)
+    interval, late_by = 1 / paced_per_second(limit), PACE_TOLERANCE_S * per_seconds / 10
+    wakes = sorted(i * interval + rng.choice((0.0, late_by)) for i in range(requests * 6))
+    sent = _turns(wakes, send_window(limit))
+    arrivals = [t + rng.uniform(0, SEND_WINDOW_MARGIN_S) for t in sent]
+
+    assert _worst_window(arrivals, per_seconds) <= requests
+    assert _worst_window(wakes, per_seconds) > requests
+    assert len(sent) == len(wakes)
+
+
+def _turns(wakes: list[float], window: SendWindow) -> list[float]:
+    """Each sender, in wake order, goes at its wake or, when the window holds L already,
+    as the L-th newest ages out (after the sender before it: turns go in order)."""
+    sent: list[float] = []
+    for wake in wakes:
+        at = max([wake, *sent[-1:]])
+        if not window_allows(sent, at, window):
+            at = sent[len(sent) - window.requests] + window.span_s + 1e-9
+        assert window_allows(sent, at, window)
+        sent.append(at)
+    return sent
+
+
+def test_a_limit_over_the_longest_window_is_held_to_a_proportional_part_of_it() -> None:
+    """A budget keeps its last L send instants; past MAX_WINDOW_REQUESTS it keeps a
+    fraction of L over the same fraction of W, which bounds every whole W too."""
+    assert send_window(RateLimit(requests=190, per_seconds=10)) == SendWindow(
+        requests=190, span_s=10 + SEND_WINDOW_MARGIN_S
     )
-    whole = 1 / limit.per_second
-    assert _worst_window(_one_late(whole, requests, 0.01 * whole), per_seconds) == requests + 1
+    window = send_window(RateLimit(requests=2500, per_seconds=60))
+    assert window.requests == 833 and window.span_s == pytest.approx(20 + SEND_WINDOW_MARGIN_S)
+    assert window.requests * 3 <= 2500 <= MAX_WINDOW_REQUESTS * 3
 
 
-def _one_late(interval: float, requests: int, delay: float) -> list[float]:
-    return [delay] + [i * interval for i in range(1, requests * 3)]
+def test_a_request_waits_for_its_turn_only_while_a_whole_timeout_is_left() -> None:
+    """G-7: the window turn never eats into the request's own timeout or the margin
+    that records its answer; outside an activity, up to MAX_PACE_WAIT_S."""
+    whole = REMOTE_HTTP_TIMEOUT.total_seconds() + REQUEST_DEADLINE_MARGIN.total_seconds()
+    assert window_wait_allowance(None) == MAX_PACE_WAIT_S
+    assert window_wait_allowance(whole + 4.0) == pytest.approx(4.0)
+    assert window_wait_allowance(whole + 60.0) == MAX_PACE_WAIT_S
+    assert window_wait_allowance(whole - 1.0) == 0.0
 
 
 def _worst_window(times: list[float], window: float) -> int:

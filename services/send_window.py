@@ -1,0 +1,72 @@
+"""The send window every remote request takes its turn in, right before it leaves (SPEC
+NF-8', PROF-3): the bound on a budget's requests at the remote, shared by every worker
+through Postgres (`db.budget_pace.take_send_turn`). The slots of `services.rate_limit`
+space a budget's activities; this is what keeps every window of sends within the
+declared limit however late a sender woke (`protocol.rate_limit`'s docstring).
+
+`services.remote.send`, the one sender, calls `take_turn` for every request whose step
+names its budget (`LinkStep.turn`): POSTs, PATCHes, locator look-ups and read-backs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import asyncpg
+
+from db.budget_pace import take_send_turn
+from protocol.rate_limit import budget_key, window_wait_allowance
+from services.logthrottle import ThrottledLog
+from services.rate_limit import cached_send_window
+
+log = logging.getLogger(__name__)
+warn = ThrottledLog(log)
+
+# The shortest wait before asking again: a refusal read from a snapshot older than the
+# send that filled the window answers 0 (`db.budget_pace.TAKE_SEND_TURN`).
+MIN_RECHECK_S = 0.005
+
+
+@dataclass(frozen=True)
+class SendTurn:
+    """Where a request takes its turn: the worker's pool and the remote scope it is sent
+    to (with the profile's credential, which `remote.send` has, its budget)."""
+
+    pool: asyncpg.Pool
+    remote_scope: str
+
+
+async def take_turn(turn: SendTurn, credential_ref: str, deadline: float | None) -> bool:
+    """Wait for this request's turn in its budget's send window and record it (NF-8').
+    True: it may leave now (a budget no profile limits always may). False: no turn came
+    while its activity (`deadline`, loop time) keeps a whole request timeout after it
+    (G-7), or Postgres could not be asked: the request must not be sent (`not_sent`,
+    which it provably is, rather than a journalled try with no outcome)."""
+    try:
+        return await _take_turn(turn, credential_ref, deadline)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as error:
+        warn.warning("send window not reached (%s): not sent", type(error).__name__)
+        return False
+
+
+async def _take_turn(turn: SendTurn, credential_ref: str, deadline: float | None) -> bool:
+    key = budget_key(turn.remote_scope, credential_ref)
+    window = await cached_send_window(turn.pool, key)
+    if window is None:
+        return True
+    loop = asyncio.get_running_loop()
+    while True:
+        async with turn.pool.acquire() as conn:
+            answer = await take_send_turn(conn, key, window.requests, window.span_s)
+        if answer.sent_at is not None:
+            return True
+        wait = answer.wait_s
+        left = None if deadline is None else deadline - loop.time()
+        allowance = window_wait_allowance(left)
+        if wait > allowance:
+            warn.warning("remote budget %s: no send window turn in time; not sent", key)
+            return False
+        # Pacing: the window's turn is the condition, re-checked in Postgres above.
+        await asyncio.sleep(max(wait, MIN_RECHECK_S))
