@@ -20,7 +20,7 @@ SHOWN_PER_KIND = 5
 
 def report(outcome: Outcome) -> str:
     data = outcome.as_json()
-    lines = [f"chaos seed={outcome.seed} seconds={outcome.seconds:.0f}"]
+    lines = [f"chaos family={outcome.family} seed={outcome.seed} seconds={outcome.seconds:.0f}"]
     lines.append(f"faults injected: {data['faults_total']}")
     lines += [f"  {kind:<34} {n}" for kind, n in outcome.faults.items()]
     lines.append(f"end states: {outcome.end_states}  settled: {outcome.settled}")
@@ -28,6 +28,8 @@ def report(outcome: Outcome) -> str:
     lines.append(f"operator: {outcome.operator}")
     lines.append(f"side paths: {outcome.side_paths}")
     lines.append(f"side path answers: {outcome.side_path_answers}")
+    for path, why in outcome.side_paths_not_applicable.items():
+        lines.append(f"side path {path}: not applicable ({why})")
     kinds = Counter(str(v["kind"]) for v in outcome.violations)
     lines.append(f"violations: {len(outcome.violations)} {dict(kinds)}")
     for kind in kinds:

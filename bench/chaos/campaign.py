@@ -29,7 +29,6 @@ from sandbox.client import SandboxClient
 from services.record_loader import load_records, parse_records_document
 
 log = logging.getLogger("bench.chaos")
-OBJECT_TYPES = ("contacts", "companies", "deals")
 LONG_OUTAGE_EVERY_S = 400.0  # one outage beyond the retry budget per this much campaign time
 STABLE_POLLS = 6  # polls (3 s apart) with nothing in flight and nothing changing: quiescent
 
@@ -40,6 +39,7 @@ class Outcome:
 
     seed: int
     seconds: float
+    family: str
     faults: dict[str, int]
     violations: list[dict[str, object]]
     settled: bool = False
@@ -49,12 +49,14 @@ class Outcome:
     operator_failures: list[str] = field(default_factory=list)
     side_paths: dict[str, int] = field(default_factory=dict)
     side_path_answers: dict[str, int] = field(default_factory=dict)
+    side_paths_not_applicable: dict[str, str] = field(default_factory=dict)
     logs: str | None = None
 
     def as_json(self) -> dict[str, object]:
         return {
             "seed": self.seed,
             "seconds": self.seconds,
+            "family": self.family,
             "faults": self.faults,
             "faults_total": sum(self.faults.values()),
             "violations": self.violations,
@@ -65,6 +67,7 @@ class Outcome:
             "operator_failures": self.operator_failures,
             "side_paths": self.side_paths,
             "side_path_answers": self.side_path_answers,
+            "side_paths_not_applicable": self.side_paths_not_applicable,
             "logs": self.logs,
         }
 
@@ -74,7 +77,11 @@ async def snapshot(stack: ChaosStack) -> Evidence:
     async with httpx.AsyncClient(timeout=30.0) as http:
         admin = SandboxClient(stack.sandbox.url, http)
         ledger = await admin.ledger()
-        objects = {t: {str(o["id"]) for o in await admin.objects(t)} for t in OBJECT_TYPES}
+        family = stack.family
+        objects = {
+            t: {str(o[family.listing_id]) for o in await admin.objects(t)}
+            for t in family.object_types
+        }
     return build_evidence(ledger, await read_rows(stack.dsn), objects)
 
 
@@ -85,10 +92,10 @@ class Observers:
     sampler: Sampler
     side: SidePaths | None = None
 
-    def side_paths(self, tally: FaultTally) -> dict[str, int]:
+    def side_paths(self, tally: FaultTally, not_applicable: dict[str, str]) -> dict[str, int]:
         counts = dict(self.side.counts) if self.side else {}
         counts["slow_answer"] = tally.counts["drip_after_effect"]
-        return {path: counts.get(path, 0) for path in SIDE_PATHS}
+        return {path: counts.get(path, 0) for path in SIDE_PATHS if path not in not_applicable}
 
 
 async def _chaos_phase(
@@ -179,8 +186,8 @@ async def run_campaign(cfg: ChaosConfig) -> Outcome:
         cfg.workdir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="cp-chaos-", dir=cfg.workdir))
     tally = FaultTally()
-    async with chaos_stack(root, cfg.workers) as stack:
-        world = World(cfg.seed, cfg.record_pool)
+    async with chaos_stack(root, cfg.workers, cfg.family) as stack:
+        world = World(cfg.seed, cfg.record_pool, cfg.family)
         document = parse_records_document(world.initial_document())
         # min_size 0: no background reconnects (and their tracebacks) while Postgres restarts.
         pool = await create_pool(stack.dsn, min_size=0, max_size=12)
@@ -209,6 +216,7 @@ async def run_campaign(cfg: ChaosConfig) -> Outcome:
     outcome = Outcome(
         seed=cfg.seed,
         seconds=cfg.seconds,
+        family=cfg.family.name,
         faults=tally.as_dict(),
         violations=violations,
         settled=done,
@@ -216,8 +224,9 @@ async def run_campaign(cfg: ChaosConfig) -> Outcome:
         traffic=dict(sorted(traffic.stats.items())),
         operator=dict(sorted(operator.stats.items())),
         operator_failures=operator.last_failures[-20:],
-        side_paths=observers.side_paths(tally),
+        side_paths=observers.side_paths(tally, cfg.family.not_applicable),
         side_path_answers=dict(sorted(observers.side.answers.items())) if observers.side else {},
+        side_paths_not_applicable=cfg.family.not_applicable,
     )
     if violations:
         outcome.logs = str(root)  # kept for the post-mortem

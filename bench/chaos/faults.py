@@ -14,26 +14,19 @@ from datetime import timedelta
 
 import httpx
 
+from bench.chaos.config import Family
 from bench.chaos.stack import ChaosStack
 from sandbox.client import SandboxClient
 from sandbox.faults import FaultRuleSpec, FaultRuleView
 from workflows.link_retries import REMOTE_RETRY
 
-OBJECTS = "/crm/v3/objects"
-# (method, path glob): creates per profile, PATCHes, and the deals' locator lookups.
-TARGETS = (
-    ("POST", f"{OBJECTS}/contacts"),
-    ("POST", f"{OBJECTS}/companies"),
-    ("POST", f"{OBJECTS}/deals"),
-    ("PATCH", f"{OBJECTS}/*/*"),
-    ("GET", f"{OBJECTS}/deals/*"),
-)
+# Which requests a rule hits is the family's (`Family.fault_targets`).
 RULE_KINDS = {
     "reset_before_effect": 3,
     "reset_after_effect": 3,
     "hang_after_effect": 2,
     "status_5xx": 3,
-    "status_429": 3,
+    "status_not_applied": 3,  # a status the pack declares not applied (429, 423, 400...)
     "latency": 1,
     "drip_after_effect": 3,  # the `slow_answer` side path
 }
@@ -53,17 +46,21 @@ def retry_budget() -> timedelta:
 
 def rule_kind(rule: FaultRuleSpec) -> str:
     if rule.action == "status":
-        return "status_429" if rule.status == 429 else "status_5xx"
+        return "status_5xx" if (rule.status or 0) >= 500 else f"status_{rule.status}"
     return "latency" if rule.action == "delay_ms" else rule.action
 
 
-def draw_rule(rng: random.Random, kind: str, probability: float) -> FaultRuleSpec:
-    method, path = rng.choice(TARGETS)
+def draw_rule(rng: random.Random, kind: str, probability: float, family: Family) -> FaultRuleSpec:
+    method, path = rng.choice(family.fault_targets)
     base = {"method": method, "path": path, "probability": probability, "seed": rng.getrandbits(32)}
     match kind:
         case "status_5xx":
             return FaultRuleSpec(**base, action="status", status=rng.choice([500, 502, 503, 504]))
-        case "status_429":
+        case "status_not_applied":
+            statuses = family.not_applied_statuses
+            status = statuses[0] if len(statuses) == 1 else rng.choice(statuses)
+            if status != 429:
+                return FaultRuleSpec(**base, action="status", status=status)
             retry_after = rng.choice(["1", "2"])
             return FaultRuleSpec(**base, action="status", status=429, retry_after=retry_after)
         case "hang_after_effect":
@@ -126,7 +123,8 @@ class SandboxFaults:
 
     def draw(self) -> list[FaultRuleSpec]:
         kinds = self._rng.choices(list(RULE_KINDS), list(RULE_KINDS.values()), k=RULES_PER_CYCLE)
-        return [draw_rule(self._rng, k, self._rng.uniform(0.3, 0.6)) for k in kinds]
+        family = self._stack.family
+        return [draw_rule(self._rng, k, self._rng.uniform(0.3, 0.6), family) for k in kinds]
 
     async def burst_before_outage(self) -> None:
         """Make POSTs land and lose their answer right before the remote goes away
@@ -137,8 +135,7 @@ class SandboxFaults:
                 FaultRuleSpec(
                     method="POST", path=path, probability=0.7, action="reset_after_effect"
                 )
-                for method, path in TARGETS
-                if method == "POST"
+                for path in self._stack.family.post_paths
             ]
             await self.arm(rules)
 

@@ -4,6 +4,8 @@ path is a sandbox fault rule, faults.py).
 
 Each counts what it did under `side_paths` in the campaign's JSON; what the product
 answered is kept apart (`side_path_answers`), since a refusal is often the right answer.
+A path the family cannot walk (`Family.not_applicable`) does not run, and the JSON says
+why under `side_paths_not_applicable` instead of counting it.
 """
 
 from __future__ import annotations
@@ -17,16 +19,9 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from bench.chaos.actors import OPERATOR, Traffic, run_cli
+from bench.chaos.config import Family
 from bench.chaos.faults import SandboxFaults
-from bench.chaos.packs import (
-    KEY_RETENTION_S,
-    VARIANTS,
-    Manifest,
-    apply_legacy,
-    campaign_manifest,
-    variant,
-)
-from bench.chaos.world import CONTACTS, OWNER
+from bench.chaos.packs import VARIANTS, Manifest, apply_legacy, campaign_manifest, variant
 from sandbox.faults import FaultRuleSpec
 
 SIDE_PATHS = (
@@ -38,7 +33,6 @@ SIDE_PATHS = (
     "slow_answer",
 )
 PRUNE_AGE_S = 30  # `prune --older-than`: longer than the sampler's gap (sampler.py)
-CONTACTS_POST = "/crm/v3/objects/contacts"
 SUSPENDED_SQL = """
 SELECT link_key FROM connector_remote_link WHERE status = 'suspended_drift'
 ORDER BY random() LIMIT $1
@@ -57,16 +51,22 @@ class SidePaths:
     _episode: int = 0
 
     @property
+    def family(self) -> Family:
+        return self.traffic.stack.family
+
+    @property
     def base(self) -> Manifest:
-        return campaign_manifest(self.traffic.stack.sandbox.url)
+        return campaign_manifest(self.family, self.traffic.stack.sandbox.url)
 
     async def run(self, until: float) -> None:
-        await asyncio.gather(
+        loops = [
             self._every(until, (15, 30), self.pack_episode),
             self._every(until, (2, 5), self.two_slot_save),
             self._every(until, (15, 25), self.prune),
-            self._every(until, (25, 40), self.key_expired_resend),
-        )
+        ]
+        if "key_expired_resend" not in self.family.not_applicable:
+            loops.append(self._every(until, (25, 40), self.key_expired_resend))
+        await asyncio.gather(*loops)
 
     async def _every(
         self, until: float, gap: tuple[float, float], step: Callable[[], Awaitable[None]]
@@ -90,7 +90,7 @@ class SidePaths:
         """One surface changed while creates and PATCHes are in flight, then the base pack
         again (a removed slot recreated); revalidation before or after the restore."""
         name = self.rng.choice(VARIANTS)
-        changed, reinstall = variant(self.base, name)
+        changed, reinstall = variant(self.family, self.base, name)
         await self._apply(changed, reinstall, name)
         early = self.rng.random() < 0.5
         await asyncio.sleep(self.rng.uniform(3, 10))
@@ -105,7 +105,8 @@ class SidePaths:
         self._episode += 1
         code, _, _ = await run_cli(
             self.traffic.stack,
-            *("revalidate", "owner", "--owner-key", OWNER, "--approved-by", OPERATOR),
+            *("revalidate", "owner", "--owner-key", self.family.owner),
+            *("--approved-by", OPERATOR),
             *("--approval-reference", f"CHAOS-{self._episode}", "--reason", "chaos campaign"),
             *("--include-mapping-changes", "--json"),
         )
@@ -124,7 +125,7 @@ class SidePaths:
     async def two_slot_save(self) -> None:
         """One Contact record saved under both contact slots at once (G-2)."""
         world = self.traffic.world
-        record = self.rng.choice(world.records[CONTACTS])
+        record = self.rng.choice(world.records[self.family.contacts])
         await asyncio.gather(
             self.traffic.save(record, cli=False),
             self.traffic.save(world.second_slot(record), cli=False),
@@ -145,17 +146,22 @@ class SidePaths:
         than the key retention: each re-send would meet a forgotten key (G-5)."""
         faults = self.sandbox_faults
         stack = self.traffic.stack
+        retention_s = self.family.key_retention_s
+        assert retention_s is not None  # `run` leaves this path out without a key
         async with faults.lock:
             if not stack.sandbox.up:
                 return
             await faults.harvest()
             rule = FaultRuleSpec(
-                method="POST", path=CONTACTS_POST, probability=0.6, action="reset_after_effect"
+                method="POST",
+                path=self.family.post_paths[0],  # the contacts'
+                probability=0.6,
+                action="reset_after_effect",
             )
             await faults.arm([rule])
             await asyncio.sleep(self.rng.uniform(2, 4))
             await faults.harvest()
             stack.sandbox.kill()
-            await asyncio.sleep(KEY_RETENTION_S + self.rng.uniform(2, 6))
+            await asyncio.sleep(retention_s + self.rng.uniform(2, 6))
             await asyncio.to_thread(stack.sandbox.start)
         self.counts["key_expired_resend"] += 1

@@ -21,20 +21,23 @@ from typing import IO
 
 import asyncpg
 import httpx
+import yaml
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bench.chaos.config import Family
 from bench.chaos.packs import apply_legacy, campaign_manifest
 from cli.stack.devconfig import load_dev_config
 from cli.stack.postgres import EmbeddedPostgres
 from cli.stack.process import free_ports, stop_process
 from cli.stack.temporal import TemporalDevServer
 from db.migrate import apply_migrations
+from protocol.credential_hosts import hosts_variable, secret_variable
 
 DATABASE = "chaos"
 TASK_QUEUE = "connector-push"
 START_TIMEOUT_S = 60.0
-SANDBOX_CONFIG = Path(__file__).with_name("sandbox.yaml")
+TOKEN = "chaos-campaign-token"  # the bearer token a strict sandbox mode requires
 
 
 def _answers(url: str) -> bool:
@@ -72,6 +75,7 @@ class SandboxProcess:
     port: int
     persist: Path
     log: Path
+    config: Path
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -83,9 +87,8 @@ class SandboxProcess:
         return self._process is not None and self._process.poll() is None
 
     def start(self) -> None:
-        config = SANDBOX_CONFIG
         args = ["sandbox", "--host", "127.0.0.1", "--port", str(self.port)]
-        args += ["--config", str(config), "--persist", str(self.persist)]
+        args += ["--config", str(self.config), "--persist", str(self.persist)]
         self._process = _popen(args, self.log)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _answers(f"{self.url}/_sandbox/health"):
@@ -148,6 +151,7 @@ class ChaosStack:
     workers: WorkerPool
     dsn: str
     env: dict[str, str]  # for `connector-push` subprocesses (workers, CLI saves, operator)
+    family: Family
 
     async def restart_postgres(self) -> None:
         await asyncio.to_thread(self.pg.stop)
@@ -166,6 +170,26 @@ class ChaosStack:
         )
 
 
+def sandbox_config(family: Family, root: Path) -> Path:
+    """The family's sandbox config, with the campaign's changes written beside the data."""
+    if not family.sandbox_changes:
+        return family.sandbox
+    config = {**yaml.safe_load(family.sandbox.read_text()), **family.sandbox_changes}
+    path = root / "sandbox-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _credential_env(family: Family, sandbox: SandboxProcess) -> dict[str, str]:
+    """The pack's token where the transport reads it, bound to the sandbox's host (S-3)."""
+    if family.credential_ref is None:
+        return {}
+    return {
+        secret_variable(family.credential_ref): TOKEN,
+        hosts_variable(family.credential_ref): f"127.0.0.1:{sandbox.port}",
+    }
+
+
 def _cli_env(dsn: str, temporal_address: str, namespace: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "CONNECTOR_"))}
     env.update(
@@ -180,7 +204,7 @@ def _cli_env(dsn: str, temporal_address: str, namespace: str) -> dict[str, str]:
     return env
 
 
-async def _create_database(pg: EmbeddedPostgres, sandbox_url: str) -> str:
+async def _create_database(pg: EmbeddedPostgres, sandbox_url: str, family: Family) -> str:
     admin = await asyncpg.connect(pg.dsn("postgres"))
     try:
         await admin.execute(f'CREATE DATABASE "{DATABASE}"')
@@ -190,14 +214,15 @@ async def _create_database(pg: EmbeddedPostgres, sandbox_url: str) -> str:
     await apply_migrations(dsn)
     conn = await asyncpg.connect(dsn)
     try:
-        await apply_legacy(conn, campaign_manifest(sandbox_url), reason="chaos campaign")
+        manifest = campaign_manifest(family, sandbox_url)
+        await apply_legacy(conn, manifest, reason="chaos campaign")
     finally:
         await conn.close()
     return dsn
 
 
 @asynccontextmanager
-async def chaos_stack(root: Path, workers: int) -> AsyncIterator[ChaosStack]:
+async def chaos_stack(root: Path, workers: int, family: Family) -> AsyncIterator[ChaosStack]:
     """Start everything under `root` (logs stay there); stop everything on exit."""
     dev = load_dev_config()
     pg_port, frontend, ui, sandbox_port = free_ports(4)
@@ -210,18 +235,21 @@ async def chaos_stack(root: Path, workers: int) -> AsyncIterator[ChaosStack]:
         ui=False,
         log_path=root / "temporal.log",
     )
-    sandbox = SandboxProcess(sandbox_port, root / "sandbox.json", root / "sandbox.log")
+    sandbox = SandboxProcess(
+        sandbox_port, root / "sandbox.json", root / "sandbox.log", sandbox_config(family, root)
+    )
     pool: WorkerPool | None = None
     await asyncio.to_thread(pg.start)
     temporal.start()
     try:
         await asyncio.to_thread(sandbox.start)
-        dsn = await _create_database(pg, sandbox.url)
+        dsn = await _create_database(pg, sandbox.url, family)
         await temporal.wait_ready(START_TIMEOUT_S)
         env = _cli_env(dsn, temporal.address, temporal_config.namespace)
+        env.update(_credential_env(family, sandbox))
         pool = WorkerPool(env, root, workers)
         pool.start_all()
-        yield ChaosStack(root, pg, temporal, sandbox, pool, dsn, env)
+        yield ChaosStack(root, pg, temporal, sandbox, pool, dsn, env, family)
     finally:
         with suppress(Exception):
             if pool is not None:

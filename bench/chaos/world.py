@@ -1,4 +1,5 @@
-"""The local records the campaign pushes: one pool per demo-pack profile, and seeded edits.
+"""The local records the campaign pushes: one pool per profile of the family's pack
+(bench/chaos/config.py), and seeded edits.
 
 Every record's pushed body is unique (its id is in a mapped field), so a ledger
 create can be traced back to the attempt that sent it by body hash alone, even
@@ -10,77 +11,29 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from bench.chaos.config import Family, Profile
 from protocol.admission import SaveRequest
 from protocol.identity import link_key
 
-OWNER = "demo-owner"
 USER = "chaos"
 MIRROR_FIELDS = ("remote_id__c", "remote_provenance__c")
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One action slot of the demo pack and the record object it pushes."""
-
-    name: str  # the pack profile, for reports
-    slot: str
-    destination: str
-    source_object: str
-    prefix: str
-    fields: tuple[str, ...]
-
-
-CONTACTS = Profile(
-    "sandbox-idempotent",
-    "push-contact",
-    "remote-contacts",
-    "Contact",
-    "c",
-    ("FirstName", "LastName", "Email", "Phone"),
-)
-COMPANIES = Profile(
-    "sandbox-plain",
-    "push-company",
-    "remote-companies",
-    "Account",
-    "a",
-    ("Name", "Website", "PrimaryContactId"),
-)
-DEALS = Profile(
-    "sandbox-locator",
-    "push-deal",
-    "remote-deals",
-    "Opportunity",
-    "o",
-    ("Name", "Amount"),
-)
-PROFILES = (CONTACTS, COMPANIES, DEALS)
-# The campaign pack's second creator of Contact records at the contacts' destination
-# (bench/chaos/packs.py): saved by the `two_slot_save` actor only, at once with CONTACTS.
-CONTACTS_B = Profile(
-    "sandbox-idempotent",
-    "push-contact-b",
-    "remote-contacts",
-    "Contact",
-    "c",
-    CONTACTS.fields,
-)
 
 
 @dataclass(frozen=True)
 class Record:
     profile: Profile
     record_id: str
+    owner: str  # the pack's connectorOwnerKey
 
     @property
     def link_key(self) -> str:
         p = self.profile
-        return link_key(OWNER, p.slot, p.source_object, self.record_id, p.destination)
+        return link_key(self.owner, p.slot, p.source_object, self.record_id, p.destination)
 
     def save_request(self) -> SaveRequest:
         p = self.profile
         return SaveRequest(
-            connector_owner_key=OWNER,
+            connector_owner_key=self.owner,
             action_slot_id=p.slot,
             destination_slot_id=p.destination,
             source_object=p.source_object,
@@ -92,7 +45,7 @@ class Record:
         p = self.profile
         return [
             "--owner-key",
-            OWNER,
+            self.owner,
             "--action-slot",
             p.slot,
             "--destination-slot",
@@ -109,47 +62,58 @@ class Record:
 class World:
     """The record pools and their seeded field values (edits bump a per-record revision)."""
 
-    def __init__(self, seed: int, size: int) -> None:
+    def __init__(self, seed: int, size: int, family: Family) -> None:
+        self.family = family
         self._rng = random.Random(f"world:{seed}")
         self._tag = f"s{seed}"
         self.records = {
-            p: [Record(p, f"{p.prefix}-{i:04d}") for i in range(size)] for p in PROFILES
+            p: [Record(p, f"{p.prefix}-{i:04d}", family.owner) for i in range(size)]
+            for p in family.profiles
         }
         self._revision: dict[Record, int] = {}
-        contacts = self.records[CONTACTS]
+        contacts = self.records[family.contacts]
         # Each company's primary contact, fixed at the start (the association is frozen).
-        self._contact = {r: self._rng.choice(contacts).record_id for r in self.records[COMPANIES]}
-        self._dependencies = {
-            r.link_key: Record(CONTACTS, contact).link_key for r, contact in self._contact.items()
+        self._contact = {
+            r: self._rng.choice(contacts).record_id for r in self.records[family.companies]
         }
+        self._dependencies = (
+            {
+                r.link_key: Record(family.contacts, contact, family.owner).link_key
+                for r, contact in self._contact.items()
+            }
+            if family.companies_wait_on_contact
+            else {}
+        )
 
     def fields(self, record: Record) -> dict[str, object]:
         """The record's current field values (a function of its id and revision)."""
         n, rev = record.record_id, self._revision.get(record, 0)
-        if record.profile.source_object == CONTACTS.source_object:
+        if record.profile.source_object == self.family.contacts.source_object:
             return {
                 "FirstName": f"First{rev}",
                 "LastName": f"Chaos {n}",
                 "Email": f"{self._tag}-{n}@chaos.example",
                 "Phone": f"+1 555 {rev:04d}",
             }
-        if record.profile is COMPANIES:
-            return {
+        if record.profile is self.family.companies:
+            company: dict[str, object] = {
                 "Name": f"Chaos Account {n}",
                 "Website": f"{n}-r{rev}.example.com",
-                "PrimaryContactId": self._contact[record],
             }
+            if self.family.companies_wait_on_contact:
+                company["PrimaryContactId"] = self._contact[record]
+            return company
         return {"Name": f"Chaos Deal {n}", "Amount": 1000 + rev}
 
     def pick(self, rng: random.Random) -> Record:
-        return rng.choice(self.records[rng.choice(PROFILES)])
+        return rng.choice(self.records[rng.choice(self.family.profiles)])
 
     def edit(self, record: Record) -> dict[str, object]:
         """A records document changing one record's non-key fields (mirror fields kept)."""
         self._revision[record] = self._revision.get(record, 0) + 1
         fields = self.fields(record)
-        if record.profile is COMPANIES:
-            del fields["PrimaryContactId"]  # the association is frozen at the first save
+        # The association is frozen at the first save.
+        fields.pop("PrimaryContactId", None)
         return {"records": [self._spec(record, fields)]}
 
     def initial_document(self) -> dict[str, object]:
@@ -162,7 +126,7 @@ class World:
                 "records": "*",
                 "fields": [*p.fields, *MIRROR_FIELDS],
             }
-            for p in PROFILES
+            for p in self.family.profiles
         ]
         return {"records": records, "grants": grants}
 
@@ -175,7 +139,7 @@ class World:
 
     def second_slot(self, record: Record) -> Record:
         """The same Contact record under the second contact slot."""
-        return Record(CONTACTS_B, record.record_id)
+        return Record(self.family.second_contacts, record.record_id, record.owner)
 
     def dependency(self, link_key: str) -> str | None:
         """The link key a company's create waits on (its primary contact's), if any."""
