@@ -163,19 +163,26 @@ async def supersede_queued(conn: Conn, link_key: str, reason: str) -> None:
 
 
 async def suspend_link(
-    conn: Conn, link_key: str, reason: str, findings: list[dict[str, Any]]
+    conn: Conn, link_key: str, reason: str, findings: list[dict[str, Any]], *, wake: bool = False
 ) -> bool:
-    """finalized -> suspended_drift with the reason and findings recorded (DRIFT-2, PATCH-3)."""
+    """finalized -> suspended_drift with the reason and findings recorded (DRIFT-2, PATCH-3).
+
+    `wake`: the suspension is made outside the link's workflow (a save's admission), so
+    the relay must wake the workflow once to list it for an operator (WF-2, migration
+    0290) should the caller's own best-effort wake-up not happen; a suspension made by
+    the workflow's own step needs none."""
     row = await conn.fetchval(
         """
         UPDATE connector_remote_link
-        SET status = 'suspended_drift', suspend_reason = $2, drift_findings = $3::jsonb
+        SET status = 'suspended_drift', suspend_reason = $2, drift_findings = $3::jsonb,
+            wake_pending = wake_pending OR $4
         WHERE link_key = $1 AND status = 'finalized'
         RETURNING 1
         """,
         link_key,
         reason,
         json.dumps(findings),
+        wake,
     )
     return row is not None
 

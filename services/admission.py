@@ -154,7 +154,8 @@ class _Writes:
         if self.patches:
             await patches_q.queue_patches(conn, self.patches)
         for key, reason, findings in self.suspensions:
-            await patches_q.suspend_link(conn, key, reason, findings)
+            # No run may be going: the save's wake-up is best effort, the relay's is not.
+            await patches_q.suspend_link(conn, key, reason, findings, wake=True)
             await patches_q.supersede_queued(conn, key, "link suspended: drift")
 
 

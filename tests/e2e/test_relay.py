@@ -19,12 +19,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.stack.temporal import TemporalDevServer
-from protocol.admission import AdmissionDecision, CreateReserved, SaveRequest
+from protocol.admission import AdmissionDecision, CreateReserved, Rejected, SaveRequest
+from protocol.errors import RejectReason
 from protocol.relay import RelayInput, RelayResult
 from sandbox.client import SandboxClient
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import OWNER, Stack, contact_key, deal_key
-from tests.e2e.patch_support import Doc, apply_edit
+from tests.e2e.patch_support import Doc, apply_edit, mapping_rows
 from tests.e2e.rig import Rig, private_temporal, rig_on
 from tests.e2e.support import eventually
 from worker.crm import report_save, workflow_id
@@ -215,3 +216,35 @@ async def test_a_link_suspended_by_a_slot_removal_is_woken_once_and_listed(
     link = await stack.link(key)
     assert link is not None and not link["wake_pending"]
     assert (await _relay(stack, min_age_seconds=0)).woken == 0  # once
+
+
+async def test_a_link_a_save_suspends_while_its_wake_up_fails_is_woken_by_the_relay(
+    stack: Stack, remote: BackgroundSandbox
+) -> None:
+    """WF-2, DRIFT-2 (chaos seed 101: 8 links suspended `drift:mapping` listed by nobody):
+    a save refused for drift suspends the finalized link in its admission, where no run
+    may be going, and its wake-up is best effort. When that wake-up does not happen
+    (Temporal unreachable: no client here), the flag makes the relay wake the link once,
+    so its run lists it for an operator."""
+    await stack.push("c-002")
+    key = contact_key("c-002")
+    await eventually(lambda: stack.attempt(key), lambda a: a["status"] == "finalized")
+    await eventually(
+        lambda: stack.handle(key).describe(),
+        lambda d: d.status is WorkflowExecutionStatus.COMPLETED,
+    )
+    await apply_edit(stack.pool, remote, mapping_rows)
+    decision = await report_save(stack.pool, None, stack.task_queue, _save("c-002"))
+    assert isinstance(decision, Rejected) and decision.reason is RejectReason.DRIFT_FAIL_CLOSED
+    link = await stack.link(key)
+    assert link is not None and link["status"] == "suspended_drift" and link["wake_pending"]
+    assert (await _relay(stack, min_age_seconds=3600)).woken == 1
+    await eventually(
+        lambda: stack.handle(key).describe(),
+        lambda d: (
+            d.status is WorkflowExecutionStatus.RUNNING
+            and d.typed_search_attributes.get(sa.NEEDS_OPERATOR) is True
+        ),
+    )
+    link = await stack.link(key)
+    assert link is not None and not link["wake_pending"]
