@@ -4,6 +4,13 @@ Files are `db/migrations/NNNN_name.sql`, applied in version order, each in its
 own transaction under one transaction-scoped advisory lock, and recorded in
 `schema_migration`. A recorded file that was edited or removed is an error:
 applied migrations are history, so a fix ships as a new file.
+
+The rule after the release (MIG-1, VER-1's twin for the schema): `0001_baseline.sql` is
+the 1.0 schema, squashed from the pre-release files by scripts/squash_migrations.py and
+never edited; every change after it is a new file numbered above the newest, forward
+only, re-runnable where it renders the ARCH-3 guards (`python -m db.transition_sql
+--new NNNN_name`). A database the pre-release files made (its ledger starts with
+`0001_core`) is refused with the way forward: such databases were never a release.
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ class MigrationChecksumMismatch(MigrationError):
 
 class MigrationMissing(MigrationError):
     """A migration recorded as applied has no file any more."""
+
+
+class PreReleaseDatabase(MigrationError):
+    """The database was migrated by a pre-release build, before the 1.0 baseline."""
 
 
 class MigrationFailed(MigrationError):
@@ -134,8 +145,24 @@ async def _recorded(conn: asyncpg.Connection) -> dict[int, _Recorded]:
     return {row["version"]: _Recorded(row["version"], row["name"], row["checksum"]) for row in rows}
 
 
+PRE_RELEASE_FIRST: Final = "0001_core"  # the first file of the squashed history
+
+
 def _verify(recorded: dict[int, _Recorded], migrations: list[Migration]) -> None:
     on_disk = {migration.version: migration for migration in migrations}
+    first, baseline = recorded.get(1), on_disk.get(1)
+    if (
+        first is not None
+        and baseline is not None
+        and first.name == PRE_RELEASE_FIRST
+        and baseline.name != PRE_RELEASE_FIRST
+    ):
+        raise PreReleaseDatabase(
+            f"this database was migrated by a pre-release build ({len(recorded)} "
+            f"migrations from {PRE_RELEASE_FIRST}.sql); 1.0 starts from the baseline "
+            f"{baseline.name}.sql and does not upgrade pre-release databases: "
+            "migrate a new, empty database and load the records again"
+        )
     for version, entry in sorted(recorded.items()):
         if version not in on_disk:
             raise MigrationMissing(

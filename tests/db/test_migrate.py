@@ -19,6 +19,7 @@ from db.migrate import (
     MigrationChecksumMismatch,
     MigrationFailed,
     MigrationMissing,
+    PreReleaseDatabase,
     apply_migrations,
     discover_migrations,
 )
@@ -123,6 +124,34 @@ async def test_a_failing_migration_leaves_nothing_behind(
     try:
         assert await conn.fetchval("SELECT to_regclass('half_done')") is None
         assert await conn.fetchval("SELECT max(version) FROM schema_migration") < 9999
+    finally:
+        await conn.close()
+
+
+async def test_a_pre_release_database_is_refused_with_the_way_forward(
+    empty_dsn: str, tmp_path: Path
+) -> None:
+    """MIG-1: a database the squashed pre-release files made is not upgraded by guessing;
+    the runner names it and writes nothing."""
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        await conn.execute(
+            "CREATE TABLE schema_migration (version integer PRIMARY KEY, name text NOT NULL,"
+            " checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        await conn.execute(
+            "INSERT INTO schema_migration (version, name, checksum) VALUES (1, '0001_core', 'x')"
+        )
+    finally:
+        await conn.close()
+    baseline = tmp_path / "migrations"
+    baseline.mkdir()
+    (baseline / "0001_baseline.sql").write_text("CREATE TABLE probe (id int);\n")
+    with pytest.raises(PreReleaseDatabase, match=r"pre-release build .* new, empty database"):
+        await apply_migrations(empty_dsn, migrations_dir=baseline)
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        assert await conn.fetchval("SELECT to_regclass('probe')") is None
     finally:
         await conn.close()
 
