@@ -43,6 +43,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from protocol.admission import CreateReserved, PatchQueued
 from protocol.park import park_reason, remedy_for
 from protocol.states import AttemptStatus, LinkStatus, PatchStatus
 from tests.examples import THOROUGH
@@ -85,6 +86,35 @@ class RulesMachine(RuleBasedStateMachine):
     def save(self, pick: int) -> None:
         config = self.world.install.config
         steps.save(self.world, one_of([SLOT_A, SLOT_B] if config.two_slots else [SLOT_A], pick))
+
+    @rule(pick=PICK, answer=ANSWERS, applied=st.booleans())
+    def save_round_trip(self, pick: int, answer: str, applied: bool) -> None:
+        """A save, the create or PATCH it queued dispatched at once and its try answered:
+        the common case in one step, so that runs reach a PATCH between its tries often."""
+        config = self.world.install.config
+        slot = one_of([SLOT_A, SLOT_B] if config.two_slots else [SLOT_A], pick)
+        decision = steps.save(self.world, slot)
+        if isinstance(decision, CreateReserved):
+            row = self.world.rows.attempts[decision.reservation.link_key][-1]
+            steps.dispatch_create(self.world, row, exhausted=False)
+            if row.in_flight is not None:
+                steps.answer_create(self.world, row, answer, applied)
+        elif isinstance(decision, PatchQueued) and decision.link_key in steps.queued_patch_keys(
+            self.world
+        ):
+            steps.dispatch_patch(self.world, decision.link_key, exhausted=False)
+            patches = self.world.rows.patches[decision.link_key]
+            flying = [p for p in patches if p.in_flight is not None]
+            if flying:
+                steps.answer_patch(self.world, flying[0], answer, applied)
+
+    @precondition(lambda self: self.world.install.config.two_slots)
+    @rule(first=st.sampled_from([SLOT_A, SLOT_B]))
+    def two_slot_save(self, first: str) -> None:
+        """One record saved under both action slots at once (the chaos campaign's
+        `two_slot_save`): admitted one after the other, as the record's lock orders them."""
+        for slot in (first, SLOT_B if first == SLOT_A else SLOT_A):
+            steps.save(self.world, slot)
 
     @precondition(lambda self: bool(steps.dispatchable_attempts(self.world)))
     @rule(pick=PICK, exhausted=RARELY)
@@ -138,6 +168,19 @@ class RulesMachine(RuleBasedStateMachine):
     @rule(change=CHANGES, reinstall=RARELY)
     def apply_pack(self, change: str, reinstall: bool) -> None:
         ops.apply_pack(self.world, change, reinstall)
+
+    @precondition(lambda self: bool(self._between_tries()))
+    @rule(pick=PICK, change=CHANGES, reinstall=RARELY)
+    def apply_pack_between_tries(self, pick: int, change: str, reinstall: bool) -> None:
+        """A pack applied while a create or a PATCH waits for its next try (the chaos
+        campaign's `pack_apply` with requests in flight), and that try resumed at once:
+        the re-send meets the new configuration at its gate."""
+        row = one_of(self._between_tries(), pick)
+        ops.apply_pack(self.world, change, reinstall)
+        if isinstance(row, AttemptRow):
+            steps.dispatch_create(self.world, row, exhausted=False)
+        else:
+            steps.dispatch_patch(self.world, row, exhausted=False)
 
     @precondition(lambda self: bool(self.world.rows.attempts))
     @rule(seconds=ELAPSED)
@@ -211,6 +254,19 @@ class RulesMachine(RuleBasedStateMachine):
             remedy = remedy_for(reason, view.suspend_reason, view.attempt_landing)
             accepted = [a for a in remedy.actions if ops.guard_accepts(a, view)]
             assert accepted, f"{key} parked {reason.value}: no action of {remedy.actions} applies"
+
+    def _between_tries(self) -> list[AttemptRow | str]:
+        """Creates and PATCHes (by link key) with a try sent and answered, the next to come."""
+        attempts: list[AttemptRow | str] = [
+            a for a in steps.dispatchable_attempts(self.world) if a.journal
+        ]
+        patches = self.world.rows.patches
+        keys = [
+            key
+            for key in steps.queued_patch_keys(self.world)
+            if any(p.status is PatchStatus.PROCESSING and p.journal for p in patches[key])
+        ]
+        return [*attempts, *keys]
 
     def _flying_attempts(self) -> list[AttemptRow]:
         return [a for a in self.world.rows.all_attempts() if a.in_flight is not None]
