@@ -51,7 +51,14 @@ manifest::text AS manifest, manifest_digest, active, created_at, activated_at, d
 # Serialises applies per owner key, so two concurrent applies of one pack cannot
 # both decide "changed" from the same active row.
 # The apply lock's key for owner key $1 (`lock_owner_key`; db.slot_guard shares it).
-OWNER_APPLY_KEY: Final = "hashtextextended('pack_install:' || $1, 0)"
+
+
+def owner_apply_lock_key(owner_sql: str) -> str:
+    """The apply lock's advisory key for the owner-key SQL expression given."""
+    return f"hashtextextended('pack_install:' || {owner_sql}, 0)"
+
+
+OWNER_APPLY_KEY: Final = owner_apply_lock_key("$1")
 LOCK_OWNER_KEY: Final = f"SELECT pg_advisory_xact_lock({OWNER_APPLY_KEY})"
 
 # With the slots whose createPath change awaits validation (C-8), in the same statement:

@@ -34,10 +34,12 @@ async def finalize_with_mirror(
     remote_id: str,
     response: dict[str, Any],
     expected: tuple[str, ...] = ("processing", "post_sent"),
+    apply_lock: slot_guard.OwnerApplyShared | None = None,
 ) -> StepKind:
     """In the caller's transaction: response + remote id and writeback_pending, the mirror,
     the `finalized` link, then `finalized` when the mirror's CAS applied. ID-4 violations
-    propagate (and roll the mirror back with everything else).
+    propagate (and roll the mirror back with everything else). `apply_lock`: the caller
+    already holds this attempt's owner's apply lock, shared (else it is taken here).
 
     The mirror is written before the link is inserted so the link is born with the
     mirror's outcome: one write of the link row, not an insert and then an update of a
@@ -60,7 +62,8 @@ async def finalize_with_mirror(
         )
     # C-9: no apply commits between the link's birth and its check against the active
     # install (the apply suspends only the links it finds).
-    await slot_guard.lock_owner_key_shared(conn, attempt["connector_owner_key"])
+    if apply_lock is None or apply_lock.attempt_id != attempt_id:
+        await slot_guard.lock_owner_key_shared(conn, attempt["connector_owner_key"])
     status = await _mirror(conn, attempt, give_up=False)
     link = link_values(attempt, remote_id)
     if status is not None:

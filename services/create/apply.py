@@ -9,6 +9,7 @@ import logging
 from temporalio.exceptions import ApplicationError
 
 from db import links as q
+from db import slot_guard
 from db.errors import RemoteLocatorClaimedError
 from protocol.errors import ActivityErrorType as E
 from protocol.messages import StepResult
@@ -44,10 +45,12 @@ async def finalize(
                 # The link key's lock, like admission: otherwise an admission could read
                 # "no link" before this commits and "attempt finalized, slot free" after
                 # it (READ COMMITTED, statement by statement) and reserve a second create.
-                await lock_link(conn, key)
+                # In the same statement, the owner's apply lock that the finalization
+                # holds from the link's birth to its slot check (C-9, G-4).
+                held = await slot_guard.lock_link_key_and_owner_shared(conn, key, sent.attempt_id)
                 await record_try(conn, sent.journal_id, obs, remote_id)
                 kind = await finalize_with_mirror(
-                    conn, sent.attempt_id, sent.token, remote_id, response
+                    conn, sent.attempt_id, sent.token, remote_id, response, apply_lock=held
                 )
                 now = await view(conn, key)
                 waiting = await dependants(conn, now)
