@@ -3,7 +3,8 @@ parts named, each merging its figures into bench/results/latest.json.
 
 Parts: P1 (with P1_io, P2, P8 and the growth round: `p1_bench`), P3 (`ingress_bench`),
 P4 (`revalidation_bench`), P5 (`parked_bench`), P6 (`rate_bench`: at 20, 100 and 190
-requests per 10 s), P7 (`saves_bench`), P10 (`rate_p10`: BENCH_P10_N, 20000).
+requests per 10 s), P7 (`saves_bench`), P10 (`rate_p10`: BENCH_P10_N, 20000), P9
+(`wal_bench`: WAL bytes per create, BENCH_P9_N, 3000).
 P1_IO, P2, P8 and `growth` name the P1 part. Run only when named: SANDBOX (`sandbox_cost`:
 what the workflow sandbox costs a create and the floor_io workflow; BENCH_SANDBOX_N, 200;
 BENCH_SANDBOX_PAIRS, 4). Sizes: BENCH_N (300), BENCH_GROWTH_N (3000;
@@ -30,6 +31,7 @@ from bench.revalidation_bench import run_revalidation_bench
 from bench.sandbox_cost import PREFIX as SANDBOX_PREFIX
 from bench.sandbox_cost import run_sandbox_bench
 from bench.saves_bench import run_saves_bench
+from bench.wal_bench import run_wal_bench
 from worker.gc_policy import apply_gc_policy
 
 
@@ -74,6 +76,10 @@ async def _fair() -> None:
     await run_p10_bench(_env("BENCH_P10_N", 20_000))  # P10 (issue 33): tenants fair
 
 
+async def _wal() -> None:
+    await run_wal_bench(_env("BENCH_P9_N", 3000), _env("BENCH_WARMUP_N", WARMUP_N))  # P9
+
+
 async def _sandbox() -> None:
     figures = await run_sandbox_bench(
         _env("BENCH_SANDBOX_N", 200),
@@ -92,6 +98,7 @@ PARTS: dict[str, Callable[[], Awaitable[None]]] = {
     "P10": _fair,
     "P4": _revalidation,
     "P5": _parked,
+    "P9": _wal,
 }
 ALIASES = {"P1_IO": "P1", "P2": "P1", "P8": "P1", "GROWTH": "P1"}
 # Parts that run only when named: they measure a design choice, not a target.

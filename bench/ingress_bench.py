@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -208,7 +208,9 @@ async def load_process(port: int, concurrency: int, seconds: float) -> dict[str,
 # -- the run ---------------------------------------------------------------------
 
 
-def record(figures: dict[str, float], path: Path = RESULTS, replaces: tuple[str, ...] = ()) -> None:
+def record(
+    figures: Mapping[str, object], path: Path = RESULTS, replaces: tuple[str, ...] = ()
+) -> None:
     """Read-modify-write: keep every key another benchmark wrote; the keys starting with
     one of `replaces` are this benchmark's own, dropped first so none outlives its run."""
     path.parent.mkdir(parents=True, exist_ok=True)
