@@ -35,45 +35,16 @@ sys.path.insert(0, str(ROOT))
 
 from cli.stack.postgres import EmbeddedPostgres, free_port, postgres_bin_dir  # noqa: E402
 from db.migrate import MIGRATIONS_DIR, apply_migrations  # noqa: E402
+from db.schema_catalog import schema_items  # noqa: E402
 from db.transition_sql import render_transition_sql  # noqa: E402
 
 BASELINE = "0001_baseline.sql"
-
-_COMPARED = """
-SELECT 'column', table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
-       || ' ' || coalesce(column_default, '')
-  FROM information_schema.columns WHERE table_schema = 'public'
-UNION ALL SELECT 'index', indexdef FROM pg_indexes WHERE schemaname = 'public'
-UNION ALL SELECT 'constraint', conrelid::regclass || ' ' || conname || ' '
-       || pg_get_constraintdef(oid) FROM pg_constraint WHERE connamespace = 'public'::regnamespace
-UNION ALL SELECT 'trigger', tgrelid::regclass || ' ' || pg_get_triggerdef(oid)
-       || ' ' || tgenabled::text
-  FROM pg_trigger WHERE NOT tgisinternal
-UNION ALL SELECT 'function', p.oid::regprocedure || ' ' || md5(prosrc) || ' '
-       || pg_get_userbyid(proowner) || ' ' || coalesce(proacl::text, '')
-       || ' ' || coalesce(proconfig::text, '') || ' ' || provolatile::text || prosecdef::text
-  FROM pg_proc p WHERE pronamespace = 'public'::regnamespace
-UNION ALL SELECT 'relation', c.oid::regclass || ' ' || c.relkind::text || ' '
-       || pg_get_userbyid(c.relowner) || ' ' || coalesce(c.relacl::text, '')
-       || ' ' || coalesce(c.reloptions::text, '')
-  FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace
-   AND c.relname <> 'schema_migration' AND c.relname NOT LIKE 'schema_migration%'
-UNION ALL SELECT 'column acl', attrelid::regclass || '.' || attname || ' ' || attacl::text
-  FROM pg_attribute WHERE attacl IS NOT NULL
-   AND attrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace)
-UNION ALL SELECT 'comment', objoid::regclass || ' ' || objsubid || ' ' || md5(description)
-  FROM pg_description WHERE classoid = 'pg_class'::regclass
-   AND objoid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace)
-UNION ALL SELECT 'schema acl', coalesce(nspacl::text, '') FROM pg_namespace
-  WHERE nspname = 'public'
-ORDER BY 1, 2
-"""
 
 
 async def _schema(dsn: str) -> list[tuple[str, str]]:
     conn = await asyncpg.connect(dsn)
     try:
-        return [(row[0], row[1]) for row in await conn.fetch(_COMPARED)]
+        return await schema_items(conn)
     finally:
         await conn.close()
 

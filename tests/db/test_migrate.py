@@ -23,35 +23,22 @@ from db.migrate import (
     apply_migrations,
     discover_migrations,
 )
+from db.schema_catalog import schema_items
 from tests.fixtures.postgres import PgServer
 
 ALL_NAMES = [migration.name for migration in discover_migrations()]
-
-_SCHEMA_QUERY = """
-SELECT 'column', table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
-       || ' ' || coalesce(column_default, '')
-  FROM information_schema.columns WHERE table_schema = 'public'
-UNION ALL SELECT 'index', indexdef FROM pg_indexes WHERE schemaname = 'public'
-UNION ALL SELECT 'constraint', conrelid::regclass || ' ' || conname || ' '
-       || pg_get_constraintdef(oid) FROM pg_constraint WHERE connamespace = 'public'::regnamespace
-UNION ALL SELECT 'trigger', tgrelid::regclass || ' ' || pg_get_triggerdef(oid)
-  FROM pg_trigger WHERE NOT tgisinternal
-UNION ALL SELECT 'function', proname || ' ' || md5(prosrc)
-  FROM pg_proc WHERE pronamespace = 'public'::regnamespace
-ORDER BY 1, 2
-"""
 
 
 async def _schema(dsn: str) -> list[tuple[str, str]]:
     conn = await asyncpg.connect(dsn)
     try:
-        rows = await conn.fetch(_SCHEMA_QUERY)
+        rows = await schema_items(conn)
         ledger = await conn.fetch(
             "SELECT version, name, checksum, applied_at FROM schema_migration"
         )
     finally:
         await conn.close()
-    return [(row[0], row[1]) for row in rows] + [("ledger", str(tuple(r))) for r in ledger]
+    return rows + [("ledger", str(tuple(r))) for r in ledger]
 
 
 @pytest.fixture

@@ -178,6 +178,33 @@ async def test_saves_admitted_during_a_temporal_outage_are_dispatched_once_after
     assert len(await _creates(stack.sandbox, "deals")) == 1
 
 
+async def _finalized_and_closed(stack: Stack, record_id: str) -> str:
+    """Push a contact until its link is finalized and its run has ended; its link key."""
+    await stack.push(record_id)
+    key = contact_key(record_id)
+    await eventually(lambda: stack.attempt(key), lambda a: a["status"] == "finalized")
+    await eventually(
+        lambda: stack.handle(key).describe(),
+        lambda d: d.status is WorkflowExecutionStatus.COMPLETED,
+    )
+    return key
+
+
+async def _woken_once_and_listed(stack: Stack, key: str) -> None:
+    """The flagged link is woken by the relay with no age wait, its run stays open with
+    NeedsOperator (the operator's query lists it), and the flag is cleared."""
+    assert (await _relay(stack, min_age_seconds=3600)).woken == 1
+    await eventually(
+        lambda: stack.handle(key).describe(),
+        lambda d: (
+            d.status is WorkflowExecutionStatus.RUNNING
+            and d.typed_search_attributes.get(sa.NEEDS_OPERATOR) is True
+        ),
+    )
+    link = await stack.link(key)
+    assert link is not None and not link["wake_pending"]
+
+
 async def test_a_link_suspended_by_a_slot_removal_is_woken_once_and_listed(
     stack: Stack, remote: BackgroundSandbox
 ) -> None:
@@ -185,13 +212,7 @@ async def test_a_link_suspended_by_a_slot_removal_is_woken_once_and_listed(
     the finalized links of a removed action slot where no workflow runs. They are flagged,
     and the relay wakes each once: its run loads the link, finds it suspended and stays
     open with NeedsOperator, so the operator's query lists it; the flag is cleared."""
-    await stack.push("c-001")
-    key = contact_key("c-001")
-    await eventually(lambda: stack.attempt(key), lambda a: a["status"] == "finalized")
-    await eventually(
-        lambda: stack.handle(key).describe(),
-        lambda d: d.status is WorkflowExecutionStatus.COMPLETED,
-    )
+    key = await _finalized_and_closed(stack, "c-001")
 
     def recreated(doc: Doc) -> None:
         doc["actionSlots"][0]["id"] = "push-contact-v2"
@@ -204,17 +225,7 @@ async def test_a_link_suspended_by_a_slot_removal_is_woken_once_and_listed(
     await apply_edit(stack.pool, remote, recreated)
     link = await stack.link(key)
     assert link is not None and link["status"] == "suspended_drift" and link["wake_pending"]
-    assert (await _relay(stack, min_age_seconds=3600)).woken == 1  # flagged: no age wait
-    described = await eventually(
-        lambda: stack.handle(key).describe(),
-        lambda d: (
-            d.status is WorkflowExecutionStatus.RUNNING
-            and d.typed_search_attributes.get(sa.NEEDS_OPERATOR) is True
-        ),
-    )
-    assert described.status is WorkflowExecutionStatus.RUNNING
-    link = await stack.link(key)
-    assert link is not None and not link["wake_pending"]
+    await _woken_once_and_listed(stack, key)
     assert (await _relay(stack, min_age_seconds=0)).woken == 0  # once
 
 
@@ -226,25 +237,10 @@ async def test_a_link_a_save_suspends_while_its_wake_up_fails_is_woken_by_the_re
     may be going, and its wake-up is best effort. When that wake-up does not happen
     (Temporal unreachable: no client here), the flag makes the relay wake the link once,
     so its run lists it for an operator."""
-    await stack.push("c-002")
-    key = contact_key("c-002")
-    await eventually(lambda: stack.attempt(key), lambda a: a["status"] == "finalized")
-    await eventually(
-        lambda: stack.handle(key).describe(),
-        lambda d: d.status is WorkflowExecutionStatus.COMPLETED,
-    )
+    key = await _finalized_and_closed(stack, "c-002")
     await apply_edit(stack.pool, remote, mapping_rows)
     decision = await report_save(stack.pool, None, stack.task_queue, _save("c-002"))
     assert isinstance(decision, Rejected) and decision.reason is RejectReason.DRIFT_FAIL_CLOSED
     link = await stack.link(key)
     assert link is not None and link["status"] == "suspended_drift" and link["wake_pending"]
-    assert (await _relay(stack, min_age_seconds=3600)).woken == 1
-    await eventually(
-        lambda: stack.handle(key).describe(),
-        lambda d: (
-            d.status is WorkflowExecutionStatus.RUNNING
-            and d.typed_search_attributes.get(sa.NEEDS_OPERATOR) is True
-        ),
-    )
-    link = await stack.link(key)
-    assert link is not None and not link["wake_pending"]
+    await _woken_once_and_listed(stack, key)
