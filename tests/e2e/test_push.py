@@ -17,6 +17,8 @@ from typer.testing import CliRunner, Result
 from cli.main import app
 from cli.stack.temporal import TemporalDevServer
 from db.links import lock_link_key
+from protocol.manifest import RateLimit
+from protocol.rate_limit import paced_per_second
 from services.record_loader import load_records, parse_records_document
 from tests.e2e.conftest import OWNER, Stack, contact_key
 from tests.e2e.support import eventually
@@ -108,8 +110,9 @@ async def test_piped_push_writes_plain_progress_lines_to_stderr_and_json_to_stdo
 ) -> None:
     """Issue 33 item 5: not on a terminal (a job, a pipe), progress is a plain line on
     stderr every --progress-every seconds, with the time left at the budget's pace (the
-    demo pack's 100 requests per 10 s, paced at its whole 10/s since issue 33); stdout
+    demo pack's 100 requests per 10 s, at the rate its slots are paced, PROF-3); stdout
     is only the summary."""
+    pace = paced_per_second(RateLimit(requests=100, per_seconds=10))
     stack.touched.update(contact_key(r) for r in ["c-001", "c-004"])
     env = _env(stack, temporal_server, db_dsn)
     result = await _run(
@@ -127,7 +130,8 @@ async def test_piped_push_writes_plain_progress_lines_to_stderr_and_json_to_stdo
     assert re.fullmatch(
         r"push: admitted [01], finalized [01], parked 0, rejected [01], "
         r"skipped 0 linked \+ 0 active; [\d.]+ admitted/s, [\d.]+ finalized/s; "
-        r"[0-2] saves left, time left ~\d+s at the budget's pace \(9\.9 requests/s\)",
+        r"[0-2] saves left, time left ~\d+s at the budget's pace "
+        + re.escape(f"({pace:.1f} requests/s)"),
         progress[0],
     ), progress[0]
     assert "\x1b" not in result.stderr and "push: " not in result.stdout
