@@ -79,7 +79,7 @@ async def run_create_bench(
     growth between them, all on one stack; returns the latest.json figures."""
     if pairs < 1 or warmup_n < 1:
         raise SystemExit("bench: P1 needs at least one pair and one warm-up create")
-    async with bench_stack(warmup_n + pairs * (n + growth_n)) as stack:
+    async with bench_stack(warmup_n + pairs * (n + growth_n), rate_limited=False) as stack:
         template = await warm_up(stack, warmup_n)
         small, ids = await series(stack, template, warmup_n, n, pairs)
         results = series_figures("", small)
