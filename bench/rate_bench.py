@@ -25,6 +25,10 @@ against issue 33's targets:
   (the claim, before the turn) is printed beside it as "claimed".
 
 `--requests 0 --n 1000` runs the same path with no limit anywhere: the stack's ceiling.
+After the limits, the run measures that ceiling itself (N = the largest limit's size):
+`P6_ceiling_creates_per_s`, and `P6_of_ceiling_L`, the paced rate over the lower of L and
+the ceiling. On two cores the ceiling is about 18 creates/s (the Temporal dev server
+alone keeps ~0.9 core busy), below 190 per 10 s: there P6_190 measures the machine.
 
     python -m bench.rate_bench [--requests 20,100,190] [--windows 5] [--workers 2]
     python -m bench.rate_bench --requests 100 --n 300 --no-write   # a quick run
@@ -122,8 +126,10 @@ async def prepare(stack: BenchStack, sandbox: SandboxClient, setup: Setup) -> No
     finally:
         await conn.close()
     await sandbox.reset()
-    burst = RateLimitConfig(requests=setup.requests, per_seconds=setup.window)
-    await sandbox.set_limits(HubSpotLimits(burst=burst if setup.limit else None, daily=None))
+    burst = (
+        RateLimitConfig(requests=setup.requests, per_seconds=setup.window) if setup.limit else None
+    )
+    await sandbox.set_limits(HubSpotLimits(burst=burst, daily=None))
 
 
 # -- processes -----------------------------------------------------------------------
@@ -338,15 +344,28 @@ async def run_rate_bench(
     concurrency: int = PUSH_CONCURRENCY,
     write: bool = True,
     n: int | None = None,
+    ceiling: bool = True,
 ) -> dict[str, float]:
     """P6 at each limit (requests per 10 s), merged into `bench/results/latest.json` (when
-    `write`; every earlier P6 key is replaced), returned."""
+    `write`; every earlier P6 key is replaced), returned. `ceiling`: then the same push with
+    no limit (`P6_ceiling_creates_per_s`), and each paced rate over the lower of the
+    limit and that ceiling (`P6_of_ceiling_<limit>`)."""
     figures: dict[str, float] = {}
     for requests in limits:
         size = n or requests * windows
         result = await run_one(Setup(size, requests / WINDOW_S, WINDOW_S, workers, concurrency))
         if requests:
             figures.update(_figures(requests, result))
+    if ceiling and any(limits):
+        # The same path with no limit anywhere, in the same run: the stack's own ceiling on
+        # this machine. A limit above it measures the machine, not the pacing.
+        size = n or max(limits) * windows
+        result = await run_one(Setup(size, 0.0, WINDOW_S, workers, concurrency))
+        top = result["creates_per_s"]
+        figures["P6_ceiling_creates_per_s"] = top
+        for requests in filter(None, limits):
+            paced = figures[f"P6_creates_per_s_{requests}"]
+            figures[f"P6_of_ceiling_{requests}"] = round(paced / min(top, requests / WINDOW_S), 3)
     figures["P6_load_1m"] = round(os.getloadavg()[0], 2)
     if write and any(limits):
         record(figures, replaces=("P6",))
@@ -361,11 +380,18 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=PUSH_CONCURRENCY)
     parser.add_argument("--no-write", action="store_true", help="do not touch latest.json")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the unlimited round")
     args = parser.parse_args()
     limits = [int(r) for r in args.requests.split(",")]
     asyncio.run(
         run_rate_bench(
-            limits, args.windows, args.workers, args.concurrency, not args.no_write, args.n
+            limits,
+            args.windows,
+            args.workers,
+            args.concurrency,
+            not args.no_write,
+            args.n,
+            not args.no_ceiling,
         )
     )
 
