@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from protocol.messages import DispatchInput, MirrorInput, StepResult
+from protocol.rate_limit import INTERACTIVE_PRIORITY
 from protocol.timeouts import activity_time_left
 from services.create.apply import write_mirror
 from services.create.dispatch import dispatch_create
@@ -28,7 +29,9 @@ def link_step(pool: asyncpg.Pool, http: httpx.AsyncClient, hooks: DispatchHooks)
     if not activity.in_activity():
         return LinkStep(pool, http, hooks, "transaction", activity.heartbeat)
     info = activity.info()
-    return LinkStep(pool, http, hooks, info.activity_type, activity.heartbeat, _deadline(info))
+    rank = info.priority.priority_key or INTERACTIVE_PRIORITY
+    deadline = _deadline(info)
+    return LinkStep(pool, http, hooks, info.activity_type, activity.heartbeat, deadline, rank)
 
 
 def _deadline(info: activity.Info) -> float | None:

@@ -22,6 +22,7 @@ from protocol.daily_quota import wait_seconds, waiting_detail
 from protocol.errors import ActivityErrorType
 from protocol.manifest import DailyReset
 from protocol.messages import LinkView, StepKind, StepResult
+from protocol.rate_limit import INTERACTIVE_PRIORITY
 from services import daily_quota
 from services.daily_quota import QuotaWait
 from services.dispatch_hooks import DispatchHooks
@@ -53,10 +54,11 @@ class LinkStep:
     name: str = "transaction"
     heartbeat: Callable[[], None] = _no_heartbeat
     deadline: float | None = None
+    rank: int = INTERACTIVE_PRIORITY  # its activity's Temporal priority (bulk after single)
 
     def turn(self, remote_scope: str) -> SendTurn:
         """Where this step's request to `remote_scope` takes its send window turn (NF-8')."""
-        return SendTurn(self.pool, remote_scope)
+        return SendTurn(self.pool, remote_scope, self.rank)
 
     @asynccontextmanager
     async def tx(self, key: str) -> AsyncIterator[Conn]:

@@ -11,6 +11,8 @@ names its budget (`LinkStep.turn`): POSTs, PATCHes, locator look-ups and read-ba
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import weakref
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from db.budget_pace import take_send_turn
-from protocol.rate_limit import budget_key, window_wait_allowance
+from protocol.rate_limit import INTERACTIVE_PRIORITY, budget_key, window_wait_allowance
 from services.logthrottle import ThrottledLog
 from services.rate_limit import cached_send_window
 
@@ -37,6 +39,49 @@ class SendTurn:
 
     pool: asyncpg.Pool
     remote_scope: str
+    # The Temporal priority its activity was scheduled with (lower first): a single save's
+    # request waits ahead of its tenant's bulk `push` ones in this process's line (NF-8).
+    rank: int = INTERACTIVE_PRIORITY
+
+
+class Line:
+    """A lock whose waiters are served by rank, then by arrival. asyncio's Lock is FIFO,
+    and none of our dependencies has one by priority (a heap and a future per waiter)."""
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+
+    async def acquire(self, rank: int) -> None:
+        if not self._held and not self._waiters:
+            self._held = True
+            return
+        place = asyncio.get_running_loop().create_future()
+        entry = (rank, next(self._arrivals), place)
+        heapq.heappush(self._waiters, entry)
+        try:
+            await place
+        except BaseException:
+            if place.done() and not place.cancelled():
+                self.release()  # handed the line, then cancelled: hand it on
+            else:
+                self._waiters.remove(entry)
+                heapq.heapify(self._waiters)
+            raise
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def release(self) -> None:
+        """Hand the line to the first waiter by rank and arrival (it stays held), or free it."""
+        while self._waiters:
+            place = heapq.heappop(self._waiters)[2]
+            if not place.done():
+                place.set_result(None)
+                return
+        self._held = False
 
 
 async def take_turn(turn: SendTurn, credential_ref: str, deadline: float | None) -> bool:
@@ -56,9 +101,9 @@ async def take_turn(turn: SendTurn, credential_ref: str, deadline: float | None)
 # at the instant the window frees a place, one would take it and the rest ask again — a
 # statement per waiter per send (P2 went from 3 to 39 transactions per create at a
 # saturated budget). In line here, only the first asks; the others wait on the lock,
-# with no statement and no pooled connection held. (Per event loop: a lock is bound to
-# the loop it was first used in.)
-_in_line: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+# with no statement and no pooled connection held, a single save's request ahead of its
+# tenant's bulk ones (`Line`). (Per event loop: its futures belong to one loop.)
+_in_line: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Line]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -69,11 +114,11 @@ async def _take_turn(turn: SendTurn, credential_ref: str, deadline: float | None
     if window is None:
         return True
     loop = asyncio.get_running_loop()
-    line = _in_line.setdefault(loop, {}).setdefault(key, asyncio.Lock())
+    line = _in_line.setdefault(loop, {}).setdefault(key, Line())
     left = None if deadline is None else deadline - loop.time()
     try:
         async with asyncio.timeout(window_wait_allowance(left)):
-            await line.acquire()
+            await line.acquire(turn.rank)
     except TimeoutError:
         warn.warning("remote budget %s: no send window turn in time; not sent", key)
         return False
