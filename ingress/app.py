@@ -43,6 +43,7 @@ from protocol.ingress_policy import (
     WorkflowActionMode,
 )
 from services.logthrottle import ThrottledLog
+from services.temporal_tls import temporal_tls
 
 log = logging.getLogger(__name__)
 warn = ThrottledLog(log)
@@ -250,7 +251,9 @@ async def connect_lazily(target: TemporalTarget) -> Client:
         namespace=target.namespace,
         data_converter=pydantic_data_converter,
         api_key=api_key,
-        tls=target.tls or api_key is not None,
+        tls=temporal_tls(
+            target.tls_ca, target.tls_cert, target.tls_key, tls=target.tls, api_key=bool(api_key)
+        ),
         lazy=True,
     )
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Final, Literal
 
 import yaml
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from protocol.action_callback import CallbackTarget, callback_targets
@@ -61,6 +61,11 @@ class IngressSettings(PolicyLocation):
     temporal_namespace: str = Field(default="default", validation_alias="TEMPORAL_NAMESPACE")
     temporal_api_key: SecretStr | None = Field(default=None, validation_alias="TEMPORAL_API_KEY")
     temporal_tls: bool = Field(default=False, validation_alias="TEMPORAL_TLS")
+    # The worker's TLS settings (S-3): a private CA's PEM for the frontend, and a client
+    # certificate and key for mTLS (both or neither), read when the client connects.
+    temporal_tls_ca: str | None = Field(default=None, validation_alias="TEMPORAL_TLS_CA")
+    temporal_tls_cert: str | None = Field(default=None, validation_alias="TEMPORAL_TLS_CERT")
+    temporal_tls_key: str | None = Field(default=None, validation_alias="TEMPORAL_TLS_KEY")
     task_queue: str = Field(default="connector-push", validation_alias="CONNECTOR_PUSH_TASK_QUEUE")
     # The worker's logging settings: JSON lines, credentials masked (S-6).
     log_json: bool = Field(default=True, validation_alias="CONNECTOR_PUSH_LOG_JSON")
@@ -77,7 +82,24 @@ class IngressSettings(PolicyLocation):
             task_queue=self.task_queue,
             api_key=self.temporal_api_key,
             tls=self.temporal_tls,
+            tls_ca=self.temporal_tls_ca,
+            tls_cert=self.temporal_tls_cert,
+            tls_key=self.temporal_tls_key,
         )
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> IngressSettings:
+        """Refused at start, as the worker refuses them, not at the first workflow start."""
+        if bool(self.temporal_tls_cert) != bool(self.temporal_tls_key):
+            raise ValueError("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY: set both or neither")
+        for name, path in (
+            ("TEMPORAL_TLS_CA", self.temporal_tls_ca),
+            ("TEMPORAL_TLS_CERT", self.temporal_tls_cert),
+            ("TEMPORAL_TLS_KEY", self.temporal_tls_key),
+        ):
+            if path is not None and not os.access(path, os.R_OK):
+                raise ValueError(f"{name}: not a readable file")
+        return self
 
 
 @dataclass(frozen=True)
@@ -89,6 +111,9 @@ class TemporalTarget:
     task_queue: str = "connector-push"
     api_key: SecretStr | None = None
     tls: bool = False
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -2,33 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from services.temporal_tls import temporal_tls
 from worker.failures import DATA_CONVERTER
 from worker.settings import RuntimeSettings
 
 
 def tls_config(settings: RuntimeSettings) -> TLSConfig | bool:
-    """How the client reaches the frontend: a client certificate (mTLS) and a private CA
-    (`TEMPORAL_TLS_CA`, S-3) when set, read now; else TLS with the system roots when
-    `TEMPORAL_TLS` or an API key asks for it; else plain gRPC."""
-    ca, cert, key = settings.temporal_tls_ca, settings.temporal_tls_cert, settings.temporal_tls_key
-    mtls = bool(cert and key)
-    if ca or mtls:
-        return TLSConfig(
-            server_root_ca_cert=_read(ca),
-            client_cert=_read(cert) if mtls else None,
-            client_private_key=_read(key) if mtls else None,
-        )
-    return settings.temporal_tls or settings.temporal_api_key is not None
-
-
-def _read(path: str | None) -> bytes | None:
-    return Path(path).read_bytes() if path else None
+    """The worker's and the CLI's Temporal TLS (`temporal_tls`)."""
+    return temporal_tls(
+        settings.temporal_tls_ca,
+        settings.temporal_tls_cert,
+        settings.temporal_tls_key,
+        tls=settings.temporal_tls,
+        api_key=settings.temporal_api_key is not None,
+    )
 
 
 def sdk_runtime(settings: RuntimeSettings) -> Runtime | None:

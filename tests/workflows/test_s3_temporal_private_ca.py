@@ -9,12 +9,16 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from temporalio.client import Client
 
 from cli.stack.temporal import TemporalDevServer
+from ingress.app import connect_lazily
+from ingress.config import IngressSettings
 from tests.fixtures.tls import PrivateCa, make_private_ca
 from worker.client import connect_temporal
 from worker.settings import RuntimeSettings
@@ -74,3 +78,37 @@ async def test_s3_temporal_tls_ca_lets_the_client_verify_a_private_frontend(
         untrusted = trusted.model_copy(update={"temporal_tls_ca": None, "temporal_tls": True})
         with pytest.raises(RuntimeError, match=r"(?i)certificate|UnknownIssuer"):
             await connect_temporal(untrusted)
+
+
+async def test_s3_the_ingress_trusts_the_same_private_ca(
+    temporal_client: Client, temporal_server: TemporalDevServer, private_ca: PrivateCa
+) -> None:
+    """The ingress starts processing workflows (ING-6) through its own client: the same
+    `TEMPORAL_TLS_CA` reaches it (it had only `TEMPORAL_TLS`, the system roots)."""
+    namespace = temporal_server.config.namespace
+    async with _tls_proxy(private_ca, temporal_server.address) as address:
+        env = {
+            "DATABASE_URL": "postgresql://unused",
+            "TEMPORAL_ADDRESS": address,
+            "TEMPORAL_NAMESPACE": namespace,
+            "TEMPORAL_TLS_CA": str(private_ca.ca),
+        }
+        settings = IngressSettings.model_validate(env)
+        target = settings.temporal_target()
+        assert target is not None
+        client = await connect_lazily(target)
+        assert (await client.count_workflows("WorkflowId = 'none'")).count == 0
+        untrusted = replace(target, tls_ca=None, tls=True)
+        with pytest.raises(RuntimeError, match=r"(?i)certificate|UnknownIssuer"):
+            await (await connect_lazily(untrusted)).count_workflows("WorkflowId = 'none'")
+
+
+def test_s3_the_ingress_refuses_half_a_client_certificate_or_a_missing_file(
+    private_ca: PrivateCa,
+) -> None:
+    env = {"DATABASE_URL": "postgresql://unused", "TEMPORAL_TLS_CERT": str(private_ca.ca)}
+    with pytest.raises(ValidationError, match="set both or neither"):
+        IngressSettings.model_validate(env)
+    env = {"DATABASE_URL": "postgresql://unused", "TEMPORAL_TLS_CA": "/nonexistent/ca.pem"}
+    with pytest.raises(ValidationError, match="TEMPORAL_TLS_CA: not a readable file"):
+        IngressSettings.model_validate(env)
