@@ -58,3 +58,16 @@ def check_installable(manifest: PackManifest) -> PackManifest:
 def parse_installable(data: Mapping[str, object]) -> PackManifest:
     """`parse_manifest`, then `check_installable`: what `pack apply` accepts."""
     return check_installable(parse_manifest(data))
+
+
+def plain_http_problems(m: PackManifest) -> Iterator[str]:
+    """S-3: every profile whose base URL is not `https` — refused by `pack apply` where the
+    deployment refuses plain http (a production profile without the named exception), as
+    its worker would refuse every request the profile sends."""
+    for i, profile in enumerate(m.profiles):
+        if not profile.base_url.lower().startswith("https://"):
+            yield (
+                f"profiles[{i}].baseUrl: {profile.name!r} is not https and the production "
+                "profile refuses plain http (S-3); use https, or name the exception for the "
+                "deployment (CONNECTOR_PUSH_ALLOW_PLAIN_HTTP=1)"
+            )

@@ -7,18 +7,23 @@ from the environment."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import asyncpg
 import pytest
+import yaml
 from temporalio.client import Client
+from typer.testing import CliRunner
 
+from cli.main import app
 from db import journal as jq
 from protocol.admission import CreateReserved
 from sandbox.client import SandboxClient
-from tests.e2e.conftest import Stack, contact_key
+from tests.e2e.conftest import Stack, contact_key, demo_manifest
 from tests.e2e.support import eventually
 from worker.runtime import build_worker, remote_http_client
 from worker.settings import RuntimeSettings
@@ -86,3 +91,29 @@ async def test_s3_a_production_worker_allowed_plain_http_sends(
         assert isinstance(await stack.push("c-001"), CreateReserved)
         await eventually(lambda: stack.attempt(key), lambda r: r["status"] == "finalized")
     assert len(await sandbox.ledger(object_type="contacts", kind="create")) == 1
+
+
+async def test_s3_pack_apply_in_production_refuses_a_plain_http_profile(
+    db_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: installed, and then every request of its profiles refused at the worker. Now
+    `pack apply` (and its --dry-run) exits 2 naming each profile, nothing written; the
+    deployment's named exception lets it through."""
+    pack = tmp_path / "demo.yaml"
+    pack.write_text(yaml.safe_dump(demo_manifest("http://127.0.0.1:9")), encoding="utf-8")
+    monkeypatch.setenv("CONNECTOR_PUSH_DEPLOYMENT_PROFILE", "production")
+    apply = ("pack", "apply", str(pack), "--database-url", db_dsn, "--operator", "ops")
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        for args in (apply, (*apply, "--dry-run")):
+            refused = await asyncio.to_thread(CliRunner().invoke, app, list(args))
+            assert refused.exit_code == 2, refused.output
+            assert "profiles[0].baseUrl" in refused.output and "not https" in refused.output
+            assert await conn.fetchval("SELECT count(*) FROM pack_install") == 0
+        monkeypatch.setenv("CONNECTOR_PUSH_ALLOW_PLAIN_HTTP", "1")
+        claims = ("--accept-unverified-claims", "--reason", "S-3 test")  # production's other gate
+        allowed = await asyncio.to_thread(CliRunner().invoke, app, [*apply, *claims])
+        assert allowed.exit_code == 0, allowed.output
+        assert await conn.fetchval("SELECT count(*) FROM pack_install") == 1
+    finally:
+        await conn.close()
