@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Final
 from urllib.parse import quote
 
 import asyncpg
@@ -46,6 +48,7 @@ from protocol.inbound import (
     InboundEventInput,
     event_workflow_id,
 )
+from protocol.outcome import parse_retry_after
 from services.credentials import CredentialNotBound, bind_credential
 
 log = logging.getLogger(__name__)
@@ -76,9 +79,18 @@ async def _load(conn: Conn, execution_id: str) -> ExecutionView:
     return execution_view(row)
 
 
-def _retry_after(response: httpx.Response | None) -> timedelta | None:
-    raw = response.headers.get("retry-after", "") if response is not None else ""
-    return timedelta(seconds=min(int(raw), 300)) if raw.isascii() and raw.isdigit() else None
+# S-6: the longest wait a completion's `Retry-After` may ask for before the next try.
+CALLBACK_RETRY_AFTER_CAP_S: Final = 300.0
+
+
+def callback_retry_delay(response: httpx.Response | None) -> timedelta | None:
+    """The wait the remote asked for (delta-seconds or an HTTP-date, read as every answer's
+    is), at most `CALLBACK_RETRY_AFTER_CAP_S`; None: the retry policy's own backoff."""
+    raw = response.headers.get("retry-after") if response is not None else None
+    wanted = parse_retry_after(raw, datetime.now(UTC))
+    if wanted is None or not math.isfinite(wanted):
+        return None
+    return timedelta(seconds=min(wanted, CALLBACK_RETRY_AFTER_CAP_S))
 
 
 async def load_execution(pool: asyncpg.Pool, execution_id: str) -> ExecutionView:
@@ -172,7 +184,7 @@ async def deliver(
                 raise ApplicationError(
                     f"completion not delivered (status {status})",
                     type=InboundErrorType.CALLBACK_NOT_DELIVERED,
-                    next_retry_delay=_retry_after(response),
+                    next_retry_delay=callback_retry_delay(response),
                 )
         return await _load(conn, input.execution_id)
 
