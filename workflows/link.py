@@ -39,8 +39,9 @@ Theory of operation:
    (signal-with-start, the activity) and a PATCH two (signal-with-start, the
    activity); closed runs are found by the static `SourceRecordId` / `LinkKey`.
 5. Workflow versions (SPEC VER-1; this is the rule's one home): the committed
-   histories in tests/replay/histories are the first release's baseline, recorded
-   from this code. After the first release, every change to workflow code that
+   histories in tests/replay/histories are the 1.0 release's baseline, recorded
+   from the released code (histories/pre-1.0/ keeps those recorded before it, which
+   still replay). After the release, every change to workflow code that
    changes its commands (a new or moved activity, timer, upsert, signal, update or
    continue-as-new in an existing path) goes behind `workflow.patched(<change id>)`
    — or into a new workflow type — and a history recorded before the change must

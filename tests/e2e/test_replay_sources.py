@@ -3,10 +3,12 @@
 They run in every suite as ordinary end-to-end tests. With RECORD_HISTORIES=1
 they also (re)write the history files that tests/replay replays, so a change
 that breaks determinism of LinkWorkflow fails CI. Each history is one whole run,
-recorded once it has completed. The committed set is the first release's
-baseline (SPEC VER-1; the rule after it: `workflows/link.py`, theory of
-operation 5). Re-record only on purpose, before the first release:
-`RECORD_HISTORIES=1 .venv/bin/pytest tests/e2e/test_replay_sources.py`.
+recorded once it has completed. The committed set is the 1.0 release's baseline,
+recorded from the released code (SPEC VER-1; the rule after it: `workflows/link.py`,
+theory of operation 5); tests/replay/histories/pre-1.0/ keeps the ones before it.
+After the release a history is added, never re-recorded over: record into a new
+name when a change needs its own (`RECORD_HISTORIES=1 .venv/bin/pytest
+tests/e2e/test_replay_sources.py` rewrites these names).
 """
 
 from __future__ import annotations

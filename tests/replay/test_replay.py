@@ -1,9 +1,11 @@
 """Committed workflow histories replay against today's code (STYLE rule 8, SPEC VER-1).
 
 A non-deterministic change to the workflow (a new activity or timer in an
-existing path without `workflow.patched`) fails here. The LinkWorkflow histories
-are the first release's baseline, recorded by tests/e2e/test_replay_sources.py;
-the rule for changes after it is in `workflows/link.py` (theory of operation 5).
+existing path without `workflow.patched`) fails here. The histories at the top of
+histories/ are the 1.0 release's baseline, recorded by tests/e2e/test_replay_sources.py
+from the released code; histories/pre-1.0/ keeps the ones recorded before it (runs a
+pre-release worker started). The rule for changes after the release is in
+`workflows/link.py` (theory of operation 5).
 """
 
 from __future__ import annotations
@@ -21,11 +23,20 @@ from workflows.action_callback import ActionCallbackWorkflow
 from workflows.inbound import InboundEventWorkflow
 from workflows.link import LinkWorkflow
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+ROOT = Path(__file__).parent / "histories"
+# The 1.0 baseline (top level) and the kept histories of the runs before it (pre-1.0/):
+# a run started before the release still replays.
+HISTORIES = sorted(ROOT.rglob("*.json"))
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT).with_suffix(""))
 
 
 def test_histories_are_committed() -> None:
-    names = {path.stem for path in HISTORIES}
+    kept = {path.stem for path in (ROOT / "pre-1.0").glob("*.json")}
+    assert {"happy_path_create", "happy_path_patch", "retire_on_a_closed_link"} <= kept
+    names = {path.stem for path in ROOT.glob("*.json")}
     assert {
         "happy_path_create",  # a clean create: the run completes with no upsert, no timer
         "happy_path_patch",  # the next save's new run: the create step sends the PATCH
@@ -37,7 +48,7 @@ def test_histories_are_committed() -> None:
     } <= names
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+@pytest.mark.parametrize("path", HISTORIES, ids=[_name(p) for p in HISTORIES])
 async def test_history_replays_deterministically(path: Path) -> None:
     history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
