@@ -8,39 +8,87 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
 
-import asyncpg
+from asyncpg import Record
+from pydantic import JsonValue
 
 from db.records import Conn
+from protocol.states import PatchStatus
 
-Row = asyncpg.Record
+
+@dataclass(frozen=True, slots=True)
+class PatchRow:
+    """A PATCH dispatch as its steps read it, JSON columns decoded (None: not set; the
+    body, path and snapshots are frozen under the claim, so a queued PATCH has none)."""
+
+    patch_id: uuid.UUID
+    link_key: str
+    status: PatchStatus
+    originating_user_id: str | None
+    remote_io_started_at: datetime | None
+    update_path: str | None
+    body: JsonValue
+    authority_snapshot: dict[str, JsonValue] | None
+    profile_snapshot: dict[str, JsonValue] | None
 
 
-async def pending_patch(conn: Conn, link_key: str) -> Row | None:
-    return await conn.fetchrow(
-        """
-        SELECT * FROM connector_patch_dispatch
-        WHERE link_key = $1 AND status = 'pending' AND dispatch_lane = 'configured'
-        FOR UPDATE
-        """,
-        link_key,
+_PATCH_COLUMNS: Final = """
+patch_id, link_key, status, originating_user_id, remote_io_started_at, update_path, body,
+authority_snapshot, profile_snapshot
+"""
+
+SELECT_PENDING: Final = f"""
+SELECT {_PATCH_COLUMNS} FROM connector_patch_dispatch
+WHERE link_key = $1 AND status = 'pending' AND dispatch_lane = 'configured'
+FOR UPDATE
+"""
+
+SELECT_IN_FLIGHT: Final = f"""
+SELECT {_PATCH_COLUMNS} FROM connector_patch_dispatch
+WHERE link_key = $1 AND status = 'processing' AND dispatch_lane = 'configured'
+ORDER BY created_at LIMIT 1 FOR UPDATE
+"""
+
+SELECT_BY_ID: Final = f"""
+SELECT {_PATCH_COLUMNS} FROM connector_patch_dispatch WHERE patch_id = $1 FOR UPDATE
+"""
+
+
+def _decoded(text: str | None) -> Any:
+    """asyncpg hands jsonb over as its text."""
+    return None if text is None else json.loads(text)
+
+
+def _patch(row: Record | None) -> PatchRow | None:
+    if row is None:
+        return None
+    return PatchRow(
+        patch_id=row["patch_id"],
+        link_key=row["link_key"],
+        status=PatchStatus(row["status"]),
+        originating_user_id=row["originating_user_id"],
+        remote_io_started_at=row["remote_io_started_at"],
+        update_path=row["update_path"],
+        body=_decoded(row["body"]),
+        authority_snapshot=_decoded(row["authority_snapshot"]),
+        profile_snapshot=_decoded(row["profile_snapshot"]),
     )
 
 
-async def in_flight_patch(conn: Conn, link_key: str) -> Row | None:
-    """A PATCH left `processing` by an earlier try (crash, timeout, retry)."""
-    return await conn.fetchrow(
-        """
-        SELECT * FROM connector_patch_dispatch
-        WHERE link_key = $1 AND status = 'processing' AND dispatch_lane = 'configured'
-        ORDER BY created_at LIMIT 1 FOR UPDATE
-        """,
-        link_key,
-    )
+async def pending_patch(conn: Conn, link_key: str) -> PatchRow | None:
+    """The link's queued PATCH, locked."""
+    return _patch(await conn.fetchrow(SELECT_PENDING, link_key))
 
 
-async def release_lost_patch(conn: Conn, patch_id: uuid.UUID) -> str | None:
+async def in_flight_patch(conn: Conn, link_key: str) -> PatchRow | None:
+    """A PATCH left `processing` by an earlier try (crash, timeout, retry), locked."""
+    return _patch(await conn.fetchrow(SELECT_IN_FLIGHT, link_key))
+
+
+async def release_lost_patch(conn: Conn, patch_id: uuid.UUID) -> PatchStatus | None:
     """A `processing` PATCH whose claim was lost before any remote I/O (its worker died or
     outlived its timeout; the checkpoint is null): back to `pending` with its retry count
     advanced (PAT, seed "Deferred Association Dispatch Lane"); or, when a newer save has
@@ -66,7 +114,7 @@ async def release_lost_patch(conn: Conn, patch_id: uuid.UUID) -> str | None:
         """,
         patch_id,
     )
-    return status
+    return None if status is None else PatchStatus(status)
 
 
 async def queue_patch(conn: Conn, link_key: str, user_id: str | None) -> str:
@@ -126,7 +174,7 @@ async def freeze_patch(
 async def finish_patch(
     conn: Conn,
     patch_id: uuid.UUID,
-    target: str,
+    target: PatchStatus,
     *,
     token: uuid.UUID | None = None,
     last_error: str | None = None,
@@ -142,7 +190,7 @@ async def finish_patch(
         RETURNING 1
         """,
         patch_id,
-        target,
+        target.value,
         token,
         last_error,
         json.dumps(response) if response is not None else None,
@@ -187,27 +235,15 @@ async def suspend_link(
     return row is not None
 
 
-async def patch_history(conn: Conn, link_key: str) -> list[Row]:
-    return await conn.fetch(
-        """
-        SELECT patch_id, status, originating_user_id, update_path, body_fingerprint,
-               remote_io_started_at, last_error, created_at, updated_at
-        FROM connector_patch_dispatch WHERE link_key = $1 ORDER BY created_at
-        """,
-        link_key,
-    )
-
-
 async def set_remote_etag(conn: Conn, link_key: str, etag: str) -> None:
     await conn.execute(
         "UPDATE connector_remote_link SET remote_etag = $2 WHERE link_key = $1", link_key, etag
     )
 
 
-async def patch_by_id(conn: Conn, patch_id: uuid.UUID) -> Row | None:
-    return await conn.fetchrow(
-        "SELECT * FROM connector_patch_dispatch WHERE patch_id = $1 FOR UPDATE", patch_id
-    )
+async def patch_by_id(conn: Conn, patch_id: uuid.UUID) -> PatchRow | None:
+    """One PATCH, locked."""
+    return _patch(await conn.fetchrow(SELECT_BY_ID, patch_id))
 
 
 async def replace_remote_etag(conn: Conn, link_key: str, etag: str | None) -> None:
@@ -233,7 +269,7 @@ async def queue_patches(conn: Conn, users_by_key: dict[str, str | None]) -> None
     )
 
 
-async def ambiguous_bodies_since_etag(conn: Conn, link_key: str) -> list[Any]:
+async def ambiguous_bodies_since_etag(conn: Conn, link_key: str) -> list[JsonValue]:
     """Bodies of the link's PATCHes that ended ambiguous after its last succeeded one (the
     last time the entity tag was stored), newest first (PROF-2)."""
     rows = await conn.fetch(
@@ -247,4 +283,4 @@ async def ambiguous_bodies_since_etag(conn: Conn, link_key: str) -> list[Any]:
         """,
         link_key,
     )
-    return [r["body"] for r in rows]
+    return [_decoded(r["body"]) for r in rows]

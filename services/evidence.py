@@ -7,12 +7,12 @@ so every one of them decides from the same evidence with `protocol.recovery`.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import asyncpg
 
 from db import journal as jq
 from db import links as q
+from db.patches import PatchRow
 from db.records import Conn
 from protocol.outcome import Observation, body_hash, parse_retry_after, send_outcome
 from protocol.recovery import RecoveryInput, SendKind
@@ -43,22 +43,20 @@ async def attempt_recovery(
     )
 
 
-async def patch_recovery(
-    conn: Conn, patch: asyncpg.Record, profile: ProfileSnapshot
-) -> RecoveryInput:
-    rows = await jq.patch_journal(conn, patch["patch_id"])
+async def patch_recovery(conn: Conn, patch: PatchRow, profile: ProfileSnapshot) -> RecoveryInput:
+    rows = await jq.patch_journal(conn, patch.patch_id)
     return RecoveryInput(
         kind=SendKind.PATCH,
-        status=patch["status"],
+        status=patch.status,
         journal=journal_entries(rows),
         contract=profile,
-        checkpoint_set=patch["remote_io_started_at"] is not None,
+        checkpoint_set=patch.remote_io_started_at is not None,
     )
 
 
-def frozen_patch_profile(patch: asyncpg.Record, fallback: ProfileSnapshot) -> ProfileSnapshot:
+def frozen_patch_profile(patch: PatchRow, fallback: ProfileSnapshot) -> ProfileSnapshot:
     """The contract frozen with the PATCH body; older rows fall back to the link's."""
-    frozen: Any = jsonb(patch["profile_snapshot"])
+    frozen = patch.profile_snapshot
     return ProfileSnapshot.model_validate(frozen) if frozen else fallback
 
 

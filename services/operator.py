@@ -32,7 +32,7 @@ from protocol.recovery import Decision, Step, next_step
 from protocol.remote_deletion import deleted_object_refusal
 from protocol.remote_ids import RemoteIdError, check_remote_id
 from protocol.restore_rule import RestorePath, refusal
-from protocol.states import LinkStatus, ProtocolError
+from protocol.states import LinkStatus, PatchStatus, ProtocolError
 from services.admission import admit_locked
 from services.cas import require_cas
 from services.evidence import (
@@ -383,10 +383,14 @@ async def park_in_flight(conn: Conn, link_key: str, error: str) -> None:
         contract = frozen_patch_profile(patch, link_snapshot(row).profile)
         recovery = await patch_recovery(conn, patch, contract)
         decision = next_step(recovery.model_copy(update={"exhausted": True}))
-        target = "ambiguous_remote_effect" if decision.step is Step.PARK_AMBIGUOUS else "failed"
+        target = (
+            PatchStatus.AMBIGUOUS_REMOTE_EFFECT
+            if decision.step is Step.PARK_AMBIGUOUS
+            else PatchStatus.FAILED
+        )
         message = _exhausted_message(decision, error)
         require_cas(
-            await pq.finish_patch(conn, patch["patch_id"], target, last_error=message),
+            await pq.finish_patch(conn, patch.patch_id, target, last_error=message),
             "finish_patch",
         )
 

@@ -24,6 +24,7 @@ from protocol.outcome import (
     PatchSuspendLink,
 )
 from protocol.recovery import Step, next_step
+from protocol.states import PatchStatus
 from services.cas import require_cas
 from services.evidence import patch_recovery, record_try, retry_delay
 from services.link_step import (
@@ -93,9 +94,11 @@ async def record_outcome(
         case PatchSucceeded(etag=read_etag):
             if etag := read_etag or obs.headers.get("etag"):
                 await pq.set_remote_etag(conn, plan.link.link_key, etag)
-            await _finish(conn, plan, "succeeded", None, response)
+            await _finish(conn, plan, PatchStatus.SUCCEEDED, None, response)
         case PatchSuspendLink(reason=reason, status=status):
-            await _finish(conn, plan, "failed", f"remote {status}: {reason.value}", response)
+            await _finish(
+                conn, plan, PatchStatus.FAILED, f"remote {status}: {reason.value}", response
+            )
             await _suspend(conn, plan.link.link_key, reason, f"PATCH answered {status}")
         case PatchEtagMoved(etag=etag):
             # Our own earlier PATCH moved the tag: keep the new one; the same frozen body
@@ -108,13 +111,15 @@ async def record_outcome(
         case PatchConflict(status=status):
             # A conflict the read-back did not resolve (or no read-back declared).
             reason = SuspendReason.REMOTE_CONFLICT
-            await _finish(conn, plan, "failed", f"remote {status}: {reason.value}", response)
+            await _finish(
+                conn, plan, PatchStatus.FAILED, f"remote {status}: {reason.value}", response
+            )
             await _suspend(conn, plan.link.link_key, reason, f"PATCH answered {status}")
         case PatchFailed(status=status):
             message = f"remote rejected the PATCH with {status}"
-            await _finish(conn, plan, "failed", message, response)
+            await _finish(conn, plan, PatchStatus.FAILED, message, response)
         case PatchAmbiguous(reason=reason):
-            await _finish(conn, plan, "ambiguous_remote_effect", reason, response)
+            await _finish(conn, plan, PatchStatus.AMBIGUOUS_REMOTE_EFFECT, reason, response)
         case NotApplied(retry_after_seconds=seconds):
             return await _not_applied(conn, plan, seconds, obs)
         case PatchRetry(retry_after_seconds=seconds):
@@ -132,16 +137,20 @@ async def _not_applied(
     recovery = await patch_recovery(conn, patch, plan.contract)
     decision = next_step(recovery.model_copy(update={"now": obs.now}))
     if decision.step is Step.PARK_AMBIGUOUS:
-        await _finish(conn, plan, "ambiguous_remote_effect", decision.reason, None)
+        await _finish(conn, plan, PatchStatus.AMBIGUOUS_REMOTE_EFFECT, decision.reason, None)
     elif decision.step is Step.TERMINAL:
-        await _finish(conn, plan, "failed", decision.reason, None)
+        await _finish(conn, plan, PatchStatus.FAILED, decision.reason, None)
     else:
         return retry_delay(retry_after, plan.contract)
     return None
 
 
 async def _finish(
-    conn: Conn, plan: PatchSend, target: str, error: str | None, response: dict[str, Any] | None
+    conn: Conn,
+    plan: PatchSend,
+    target: PatchStatus,
+    error: str | None,
+    response: dict[str, Any] | None,
 ) -> None:
     require_cas(
         await pq.finish_patch(

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any
 
 from db import journal as jq
 from db import links as links_q
 from db import patches as pq
+from db.patches import PatchRow
 from db.records import Conn
 from protocol.messages import StepResult
 from protocol.recovery import Step, next_step
 from protocol.send_gate import Refused
 from protocol.snapshots import LinkSnapshot
-from protocol.states import LinkStatus
+from protocol.states import LinkStatus, PatchStatus
 from services.cas import require_cas
 from services.evidence import frozen_patch_profile, patch_recovery
 from services.link_step import LinkStep, QuotaExhausted, lock_link, quota_wait, settled, spend
@@ -29,7 +29,7 @@ from services.patch.gate import (
     refuse_patch,
 )
 from services.patch.plan import PatchSend, build_patch, precondition
-from services.rows import jsonb, link_snapshot
+from services.rows import link_snapshot
 
 
 async def claim_patch(step: LinkStep, key: str) -> PatchSend | StepResult:
@@ -58,24 +58,24 @@ async def claim_queued(conn: Conn, key: str) -> PatchSend | None:
     token = uuid.uuid4()
     guard = precondition(link, row["remote_etag"])
     in_flight = await pq.in_flight_patch(conn, key)
-    if in_flight is not None and in_flight["remote_io_started_at"] is not None:
+    if in_flight is not None and in_flight.remote_io_started_at is not None:
         plan = await _resume_sent(conn, in_flight, link, token, guard)
     else:
         if in_flight is not None:
             # Its claim was lost before any remote I/O: pending again, retry count +1.
-            await pq.release_lost_patch(conn, in_flight["patch_id"])
+            await pq.release_lost_patch(conn, in_flight.patch_id)
         patch = await pq.pending_patch(conn, key)
-        if patch is None or not await pq.claim_patch(conn, patch["patch_id"], token):
+        if patch is None or not await pq.claim_patch(conn, patch.patch_id, token):
             return None
         plan = await build_patch(conn, key, link, patch, token, guard)
     if plan is None or not guard or not plan.contract.readback:
         return plan
-    earlier = tuple(jsonb(b) for b in await pq.ambiguous_bodies_since_etag(conn, key))
+    earlier = tuple(await pq.ambiguous_bodies_since_etag(conn, key))
     return dataclasses.replace(plan, earlier_bodies=earlier)
 
 
 async def _resume_sent(
-    conn: Conn, patch: Any, link: LinkSnapshot, token: uuid.UUID, guard: dict[str, str]
+    conn: Conn, patch: PatchRow, link: LinkSnapshot, token: uuid.UUID, guard: dict[str, str]
 ) -> PatchSend | None:
     """An earlier try passed its fence: the journal decides (REC-4). The same frozen body
     is sent again only if no earlier try can have landed (C-2'), and only through the
@@ -83,7 +83,7 @@ async def _resume_sent(
     a read, never a re-send, through the gate too), else it is ambiguous."""
     contract = frozen_patch_profile(patch, link.profile)
     decision = next_step(await patch_recovery(conn, patch, contract))
-    patch_id = patch["patch_id"]
+    patch_id = patch.patch_id
     match decision.step:
         case Step.SEND | Step.READ_BACK:
             read_only = decision.step is Step.READ_BACK
@@ -97,12 +97,13 @@ async def _resume_sent(
                 conn, patch_id, token, checkpoint=False, readback=read_only
             )
             require_cas(claimed, "claim_patch_for_send")
+            assert patch.update_path is not None, "frozen with the body, before any send"
             return PatchSend(
                 patch_id,
                 token,
                 link,
-                patch["update_path"],
-                jsonb(patch["body"]),
+                patch.update_path,
+                patch.body,
                 None,
                 guard,
                 contract,
@@ -113,13 +114,15 @@ async def _resume_sent(
         case Step.PARK_AMBIGUOUS:
             require_cas(
                 await pq.finish_patch(
-                    conn, patch_id, "ambiguous_remote_effect", last_error=decision.reason
+                    conn, patch_id, PatchStatus.AMBIGUOUS_REMOTE_EFFECT, last_error=decision.reason
                 ),
                 "finish_patch",
             )
         case Step.TERMINAL:
             require_cas(
-                await pq.finish_patch(conn, patch_id, "failed", last_error=decision.reason),
+                await pq.finish_patch(
+                    conn, patch_id, PatchStatus.FAILED, last_error=decision.reason
+                ),
                 "finish_patch",
             )
         case _:
@@ -128,13 +131,13 @@ async def _resume_sent(
 
 
 async def _gate_resume(
-    conn: Conn, link: LinkSnapshot, patch: Any, read_only: bool
+    conn: Conn, link: LinkSnapshot, patch: PatchRow, read_only: bool
 ) -> Refused | None:
     """G-1 for the request a resumed PATCH sends: its read-back GET, or the frozen body
     again, checked like a first try with the fields that body carries."""
     if read_only:
         gate = await gate_read_back(conn, link)
     else:
-        ctx, _ = await patch_context(conn, link.link_key, link, patch["originating_user_id"])
+        ctx, _ = await patch_context(conn, link.link_key, link, patch.originating_user_id)
         gate = gate_patch(ctx, link, frozen_fields(patch))
     return gate if isinstance(gate, Refused) else None

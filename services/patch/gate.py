@@ -17,16 +17,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from db import patches as pq
+from db.patches import PatchRow
 from db.records import Conn
 from protocol.active import ActiveMetadata, resolve_active
 from protocol.admission import AdmissionContext, SaveRequest
 from protocol.drift import fails_closed, suspend_reason
 from protocol.send_gate import Decision, GateInput, Refusal, Refused, RequestKind, SourceNow, decide
 from protocol.snapshots import AuthoritySnapshot, LinkSnapshot
+from protocol.states import PatchStatus
 from services.admission import load_context
 from services.cas import require_cas
 from services.packs import get_active_pack
-from services.rows import jsonb
 
 
 def findings_json(refused: Refused) -> list[dict[str, Any]]:
@@ -63,9 +64,9 @@ def gate_patch(ctx: AdmissionContext, link: LinkSnapshot, fields_sent: frozenset
     )
 
 
-def frozen_fields(patch: Any) -> frozenset[str]:
+def frozen_fields(patch: PatchRow) -> frozenset[str]:
     """The source fields a frozen PATCH body was built from (its authority snapshot)."""
-    frozen = jsonb(patch["authority_snapshot"])
+    frozen = patch.authority_snapshot
     if not frozen:
         return frozenset()
     return frozenset(AuthoritySnapshot.model_validate(frozen).allowed_fields)
@@ -76,7 +77,11 @@ async def refuse_patch(
 ) -> None:
     """Nothing is sent: the PATCH fails (or, a refused read-back, parks) and the link is
     suspended when the matrix's finalized-link column fails closed (DRIFT-2)."""
-    target = "ambiguous_remote_effect" if refused.refusal is Refusal.PARK else "failed"
+    target = (
+        PatchStatus.AMBIGUOUS_REMOTE_EFFECT
+        if refused.refusal is Refusal.PARK
+        else PatchStatus.FAILED
+    )
     require_cas(
         await pq.finish_patch(
             conn, patch_id, target, token=token, last_error=f"{refused.reason}: {refused.detail}"

@@ -11,6 +11,7 @@ from typing import Any
 
 from db import links as links_q
 from db import patches as pq
+from db.patches import PatchRow
 from db.records import Conn
 from protocol.admission import PatchQueued, Rejected
 from protocol.drift import Finding
@@ -19,7 +20,7 @@ from protocol.errors import RejectReason
 from protocol.gates import decide_patch
 from protocol.send_gate import Refused
 from protocol.snapshots import LinkSnapshot, ProfileSnapshot
-from protocol.states import LinkStatus
+from protocol.states import LinkStatus, PatchStatus
 from services.cas import require_cas
 from services.patch.gate import gate_patch, patch_context, refuse_patch
 from services.rows import profile_and_path_columns
@@ -58,18 +59,23 @@ def precondition(link: LinkSnapshot, etag: str | None) -> dict[str, str]:
 
 
 async def build_patch(
-    conn: Conn, key: str, link: LinkSnapshot, patch: Any, token: uuid.UUID, guard: dict[str, str]
+    conn: Conn,
+    key: str,
+    link: LinkSnapshot,
+    patch: PatchRow,
+    token: uuid.UUID,
+    guard: dict[str, str],
 ) -> PatchSend | None:
     """Under the claim `token`: gate the queued PATCH (G-1) and freeze its body, or
     refuse it; nothing is sent on a refusal."""
-    ctx, active = await patch_context(conn, key, link, patch["originating_user_id"])
+    ctx, active = await patch_context(conn, key, link, patch.originating_user_id)
     gate = gate_patch(ctx, link, frozenset())  # the body is built below, under the gate
     if isinstance(gate, Refused):
-        await refuse_patch(conn, key, patch["patch_id"], token, gate)
+        await refuse_patch(conn, key, patch.patch_id, token, gate)
         return None
     decision = decide_patch(ctx)
     if isinstance(decision, Rejected):
-        await _refuse(conn, key, patch["patch_id"], token, decision)
+        await _refuse(conn, key, patch.patch_id, token, decision)
         return None
     assert isinstance(decision, PatchQueued)
     if decision.findings and active is not None:
@@ -80,7 +86,7 @@ async def build_patch(
     require_cas(
         await pq.freeze_patch(
             conn,
-            patch["patch_id"],
+            patch.patch_id,
             token,
             {
                 "body": decision.request.body,
@@ -93,7 +99,7 @@ async def build_patch(
         "freeze_patch",
     )
     return PatchSend(
-        patch["patch_id"],
+        patch.patch_id,
         token,
         link,
         decision.request.relative_path,
@@ -110,7 +116,7 @@ async def _refuse(
     """PATCH-1 refused: drift suspends the link (DRIFT-2); other reasons fail this PATCH."""
     reason = f"{decision.reason.value}: {decision.detail}".rstrip(": ")
     require_cas(
-        await pq.finish_patch(conn, patch_id, "failed", token=token, last_error=reason),
+        await pq.finish_patch(conn, patch_id, PatchStatus.FAILED, token=token, last_error=reason),
         "finish_patch",
     )
     if decision.reason is RejectReason.DRIFT_FAIL_CLOSED:
