@@ -10,6 +10,8 @@ from __future__ import annotations
 from asyncpg import Record
 
 from db.ingress_queries import Conn
+from protocol.action_callback import ActionPhase, CompletionState, ExecutionView, StopReason
+from protocol.inbound import EventStatus, EventView
 
 SELECT_EVENT = """
 SELECT event_id, handler, status, status_reason, target_object, remote_object_id, remote_scope
@@ -29,9 +31,8 @@ RETURNING status
 """
 
 SELECT_EXECUTION = """
-SELECT execution_id, endpoint, callback_id, action_id, receipt_id, payload, expires_at,
-       phase, event_id, outcome, callback_status, stop_reason, handler, target_object,
-       remote_object_id, callback_attempts
+SELECT execution_id, callback_id, phase, expires_at, endpoint, event_id, outcome,
+       callback_status, stop_reason
 FROM workflow_action_execution WHERE execution_id = $1
 """
 
@@ -81,8 +82,35 @@ RETURNING execution_id
 """
 
 
-async def select_event(conn: Conn, event_id: str) -> Record | None:
-    return await conn.fetchrow(SELECT_EVENT, event_id)
+def _event(row: Record) -> EventView:
+    return EventView(
+        event_id=row["event_id"],
+        handler=row["handler"],
+        status=EventStatus(row["status"]),
+        status_reason=row["status_reason"],
+        target_object=row["target_object"],
+        remote_object_id=row["remote_object_id"],
+        remote_scope=row["remote_scope"],
+    )
+
+
+def _execution(row: Record) -> ExecutionView:
+    return ExecutionView(
+        execution_id=row["execution_id"],
+        callback_id=row["callback_id"],
+        phase=ActionPhase(row["phase"]),
+        expires_at=row["expires_at"],
+        endpoint=row["endpoint"],
+        event_id=row["event_id"],
+        outcome=CompletionState(row["outcome"]) if row["outcome"] else None,
+        callback_status=row["callback_status"],
+        stop_reason=row["stop_reason"],
+    )
+
+
+async def select_event(conn: Conn, event_id: str) -> EventView | None:
+    row = await conn.fetchrow(SELECT_EVENT, event_id)
+    return None if row is None else _event(row)
 
 
 async def owning_links(
@@ -93,13 +121,14 @@ async def owning_links(
     return [str(r["link_key"]) for r in rows]
 
 
-async def settle_event(conn: Conn, event_id: str, status: str, reason: str) -> bool:
+async def settle_event(conn: Conn, event_id: str, status: EventStatus, reason: str) -> bool:
     """admitted -> `status` with `reason`; False if the event was already settled."""
-    return await conn.fetchval(SETTLE_EVENT, event_id, status, reason) is not None
+    return await conn.fetchval(SETTLE_EVENT, event_id, status.value, reason) is not None
 
 
-async def select_execution(conn: Conn, execution_id: str) -> Record | None:
-    return await conn.fetchrow(SELECT_EXECUTION, execution_id)
+async def select_execution(conn: Conn, execution_id: str) -> ExecutionView | None:
+    row = await conn.fetchrow(SELECT_EXECUTION, execution_id)
+    return None if row is None else _execution(row)
 
 
 async def insert_execution_event(conn: Conn, execution_id: str) -> None:
@@ -111,8 +140,8 @@ async def mark_enqueued(conn: Conn, execution_id: str) -> bool:
     return await conn.fetchval(MARK_ENQUEUED, execution_id) is not None
 
 
-async def mark_observed(conn: Conn, execution_id: str, outcome: str) -> bool:
-    return await conn.fetchval(MARK_OBSERVED, execution_id, outcome) is not None
+async def mark_observed(conn: Conn, execution_id: str, outcome: CompletionState) -> bool:
+    return await conn.fetchval(MARK_OBSERVED, execution_id, outcome.value) is not None
 
 
 async def record_callback_attempt(conn: Conn, execution_id: str, status: int | None) -> bool:
@@ -123,5 +152,5 @@ async def mark_delivered(conn: Conn, execution_id: str) -> bool:
     return await conn.fetchval(MARK_DELIVERED, execution_id) is not None
 
 
-async def mark_stopped(conn: Conn, execution_id: str, reason: str) -> bool:
-    return await conn.fetchval(MARK_STOPPED, execution_id, reason) is not None
+async def mark_stopped(conn: Conn, execution_id: str, reason: StopReason) -> bool:
+    return await conn.fetchval(MARK_STOPPED, execution_id, reason.value) is not None

@@ -21,7 +21,6 @@ from urllib.parse import quote
 
 import asyncpg
 import httpx
-from asyncpg import Record
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
@@ -54,29 +53,15 @@ from services.credentials import CredentialNotBound, bind_credential
 log = logging.getLogger(__name__)
 
 
-def execution_view(row: Record) -> ExecutionView:
-    return ExecutionView(
-        execution_id=row["execution_id"],
-        callback_id=row["callback_id"],
-        phase=ActionPhase(row["phase"]),
-        expires_at=row["expires_at"],
-        endpoint=row["endpoint"],
-        event_id=row["event_id"],
-        outcome=CompletionState(row["outcome"]) if row["outcome"] else None,
-        callback_status=row["callback_status"],
-        stop_reason=row["stop_reason"],
-    )
-
-
 async def _load(conn: Conn, execution_id: str) -> ExecutionView:
-    row = await q.select_execution(conn, execution_id)
-    if row is None:
+    view = await q.select_execution(conn, execution_id)
+    if view is None:
         raise ApplicationError(
             f"no workflow_action_execution {execution_id}",
             type=InboundErrorType.UNKNOWN_EXECUTION,
             non_retryable=True,
         )
-    return execution_view(row)
+    return view
 
 
 # S-6: the longest wait a completion's `Retry-After` may ask for before the next try.
@@ -135,14 +120,14 @@ async def observe(pool: asyncpg.Pool, execution_id: str) -> ExecutionView:
         view = await _load(conn, execution_id)
         if view.phase is not ActionPhase.ENQUEUED or view.event_id is None:
             return view
-        row = await q.select_event(conn, view.event_id)
-        status = EventStatus(row["status"]) if row is not None else EventStatus.ADMITTED
+        event = await q.select_event(conn, view.event_id)
+        status = event.status if event is not None else EventStatus.ADMITTED
         if status is EventStatus.ADMITTED:
             raise ApplicationError(
                 f"event {view.event_id} not settled yet",
                 type=InboundErrorType.EVENT_NOT_SETTLED,
             )
-        await q.mark_observed(conn, execution_id, completion_for(status).value)
+        await q.mark_observed(conn, execution_id, completion_for(status))
         return await _load(conn, execution_id)
 
 
@@ -212,5 +197,5 @@ async def _post(
 async def stop(pool: asyncpg.Pool, input: StopInput) -> ExecutionView:
     """Record why the execution ends undelivered (expired block, exhausted budget)."""
     async with pool.acquire() as conn:
-        await q.mark_stopped(conn, input.execution_id, input.reason.value)
+        await q.mark_stopped(conn, input.execution_id, input.reason)
         return await _load(conn, input.execution_id)

@@ -10,7 +10,6 @@ deletion evidence it records with it (G-8) is keyed by the event, so a re-run ad
 from __future__ import annotations
 
 import asyncpg
-from asyncpg import Record
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
@@ -20,7 +19,6 @@ from protocol.inbound import (
     REMOTE_DELETED_SIGNAL,
     ClassifiedEvent,
     EventStatus,
-    EventView,
     InboundErrorType,
     InboundEventResult,
     SettleEventInput,
@@ -34,18 +32,6 @@ from protocol.remote_deletion import records_remote_deletion
 from services.wake import link_facts, signal_with_start
 
 
-def event_view(row: Record) -> EventView:
-    return EventView(
-        event_id=row["event_id"],
-        handler=row["handler"],
-        status=EventStatus(row["status"]),
-        status_reason=row["status_reason"],
-        target_object=row["target_object"],
-        remote_object_id=row["remote_object_id"],
-        remote_scope=row["remote_scope"],
-    )
-
-
 def _unknown_event(event_id: str) -> ApplicationError:
     return ApplicationError(
         f"no connector_event {event_id}", type=InboundErrorType.UNKNOWN_EVENT, non_retryable=True
@@ -55,10 +41,9 @@ def _unknown_event(event_id: str) -> ApplicationError:
 async def classify_event(pool: asyncpg.Pool, event_id: str) -> ClassifiedEvent:
     """The event and what its handler will do with it (reads only)."""
     async with pool.acquire() as conn:
-        row = await q.select_event(conn, event_id)
-        if row is None:
+        event = await q.select_event(conn, event_id)
+        if event is None:
             raise _unknown_event(event_id)
-        event = event_view(row)
         links: list[str] = []
         if (
             event.status is EventStatus.ADMITTED
@@ -103,11 +88,10 @@ async def settle_event(pool: asyncpg.Pool, input: SettleEventInput) -> InboundEv
     (G-8); a re-run returns the stored outcome."""
     check_event_transition(EventStatus.ADMITTED, input.status)
     async with pool.acquire() as conn, conn.transaction():
-        await q.settle_event(conn, input.event_id, input.status.value, input.reason)
-        row = await q.select_event(conn, input.event_id)
-        if row is None:
+        await q.settle_event(conn, input.event_id, input.status, input.reason)
+        event = await q.select_event(conn, input.event_id)
+        if event is None:
             raise _unknown_event(input.event_id)
-        event = event_view(row)
         if records_remote_deletion(event):
             # G-8: whatever the links' state (or with none), the evidence outlives the
             # event row, which retention prunes; it commits with the settling.

@@ -30,7 +30,7 @@ from protocol.action_callback import (
     action_workflow_id,
     completion_for,
 )
-from protocol.inbound import INBOUND_EVENT_WORKFLOW, InboundEventInput, event_workflow_id
+from protocol.inbound import INBOUND_EVENT_WORKFLOW, EventView, InboundEventInput, event_workflow_id
 from protocol.states import EventStatus
 from sandbox.server import BackgroundSandbox
 from tests.e2e.conftest import Stack, contact_key
@@ -86,9 +86,9 @@ async def _enqueue_then_die(stack: Stack, execution_id: str) -> str:
         async with conn.transaction():
             await q.insert_execution_event(conn, execution_id)
             assert await q.mark_enqueued(conn, execution_id)
-        execution_row = await q.select_execution(conn, execution_id)
-        assert execution_row is not None
-        event_id: str = execution_row["event_id"]
+        execution = await q.select_execution(conn, execution_id)
+        assert execution is not None and execution.event_id is not None
+        event_id = execution.event_id
         await stack.client.start_workflow(
             INBOUND_EVENT_WORKFLOW,
             InboundEventInput(event_id=event_id),
@@ -102,19 +102,20 @@ async def _enqueue_then_die(stack: Stack, execution_id: str) -> str:
 
 async def _observe_then_die(stack: Stack, execution_id: str, event_id: str) -> None:
     """Phase 2 as `ActionCallbackActivities.observe` records it, once the event settled."""
-    row = await eventually(
-        lambda: q_event(stack, event_id), lambda r: r["status"] != "admitted", timeout_s=30
+    event = await eventually(
+        lambda: q_event(stack, event_id),
+        lambda e: e.status is not EventStatus.ADMITTED,
+        timeout_s=30,
     )
     async with stack.pool.acquire() as conn, conn.transaction():
-        outcome = completion_for(EventStatus(row["status"])).value
-        assert await q.mark_observed(conn, execution_id, outcome)
+        assert await q.mark_observed(conn, execution_id, completion_for(event.status))
 
 
-async def q_event(stack: Stack, event_id: str) -> asyncpg.Record:
+async def q_event(stack: Stack, event_id: str) -> EventView:
     async with stack.pool.acquire() as conn:
-        row = await q.select_event(conn, event_id)
-    assert row is not None
-    return row
+        event = await q.select_event(conn, event_id)
+    assert event is not None
+    return event
 
 
 async def _restart(live: Live, stack: Stack, row: asyncpg.Record) -> tuple[Any, list[str]]:
