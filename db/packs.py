@@ -16,6 +16,8 @@ from asyncpg import Record
 from pydantic import JsonValue
 
 from db.records import Conn
+from protocol.drift import DriftSurface
+from protocol.manifest import LineageKind
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class PackInstallRow:
 class LineageRow:
     pack_install_id: str
     slot_type: str  # 'action' | 'destination'
-    kind: str  # 'rebind' | 'retire'
+    kind: LineageKind
     from_slot: str
     to_slot: str | None
 
@@ -159,7 +161,7 @@ def _lineage(row: Record) -> LineageRow:
     return LineageRow(
         pack_install_id=row["pack_install_id"],
         slot_type=row["slot_type"],
-        kind=row["kind"],
+        kind=LineageKind(row["kind"]),
         from_slot=row["from_slot"],
         to_slot=row["to_slot"],
     )
@@ -220,7 +222,7 @@ async def insert_lineage(conn: Conn, pack_install_id: str, rows: Sequence[Lineag
         INSERT_LINEAGE,
         pack_install_id,
         [r.slot_type for r in rows],
-        [r.kind for r in rows],
+        [r.kind.value for r in rows],
         [r.from_slot for r in rows],
         [r.to_slot for r in rows],
     )
@@ -332,7 +334,7 @@ async def suspend_removed_slot_links(
     owner_key: str,
     kept_action_slots: Sequence[str],
     reason: str,
-    surface: str,
+    surface: DriftSurface,
     pack_install_id: str,
 ) -> list[str]:
     """C-9: suspend the owner's finalized links under any other action slot; their keys."""
@@ -341,7 +343,7 @@ async def suspend_removed_slot_links(
         owner_key,
         list(kept_action_slots),
         reason,
-        surface,
+        surface.value,
         pack_install_id,
         f"link suspended: {reason}",
     )

@@ -11,6 +11,7 @@ from typing import Final
 from asyncpg import Record
 
 from db.records import Conn
+from protocol.ingress_policy import InboundHandler
 from protocol.remote_deletion import RemoteDeletion
 
 # Copied from the event row, so the evidence outlives its pruning; a re-run adds nothing.
@@ -105,9 +106,9 @@ async def of_links(conn: Conn, link_keys: list[str]) -> dict[str, list[RemoteDel
 
 
 async def link_object_deleted_by(
-    conn: Conn, link_key: str, event_id: str, handler: str
+    conn: Conn, link_key: str, event_id: str, handler: InboundHandler
 ) -> tuple[str, str] | None:
     """The link's (target object, remote id) when `event_id` is a stored `handler` event
     (or recorded deletion) of exactly that object; None otherwise."""
-    row = await conn.fetchrow(LINK_OBJECT_DELETED_BY, link_key, event_id, handler)
+    row = await conn.fetchrow(LINK_OBJECT_DELETED_BY, link_key, event_id, handler.value)
     return None if row is None else (row["target_object"], row["remote_id"])

@@ -33,6 +33,7 @@ from protocol.admission import (
 )
 from protocol.authority import PermissionFacts
 from protocol.gates import association_lookups
+from protocol.manifest import LineageKind
 from protocol.snapshots import LinkSnapshot
 from protocol.states import AttemptStatus, LinkStatus
 from services.packs import ActivePack, get_active_pack
@@ -300,7 +301,9 @@ async def _load_lineage(
         pair = (save.connector_owner_key, save.action_slot_id)
         if pair not in facts.rebound:
             rows = await packs_q.select_active_predecessors(conn, *pair)
-            facts.rebound[pair] = frozenset(r.from_slot for r in rows if r.kind == "rebind")
+            facts.rebound[pair] = frozenset(
+                r.from_slot for r in rows if r.kind is LineageKind.REBIND
+            )
     if not wanted:
         return
     for row in record_rows:

@@ -127,7 +127,7 @@ class ActivePack(BaseModel):
 
 def _lineage_rows(install_id: str, manifest: PackManifest) -> list[q.LineageRow]:
     return [
-        q.LineageRow(install_id, ACTION_SLOT, entry.kind.value, entry.from_slot, entry.to_slot)
+        q.LineageRow(install_id, ACTION_SLOT, entry.kind, entry.from_slot, entry.to_slot)
         for entry in manifest.lineage
     ]
 
@@ -191,7 +191,7 @@ async def apply_pack(
         install = new.pack_install_id
         kept = [slot.id for slot in manifest.action_slots]
         suspended = await q.suspend_removed_slot_links(
-            conn, owner, kept, REMOVED_SLOT_REASON, DriftSurface.ACTION_RECREATED.value, install
+            conn, owner, kept, REMOVED_SLOT_REASON, DriftSurface.ACTION_RECREATED, install
         )
         changed = create_path_changes(previous_manifest(current), manifest)
         if changed:

@@ -26,7 +26,7 @@ async def apply_stored_remote_evidence(
     """Suspend the link for a stored deletion event of its object; otherwise change nothing."""
     async with step.pool.acquire() as conn:
         deleted = await deletions_q.link_object_deleted_by(
-            conn, key, signalled.event_id, InboundHandler.REMOTE_DELETION.value
+            conn, key, signalled.event_id, InboundHandler.REMOTE_DELETION
         )
         if deleted is None:
             log.warning(

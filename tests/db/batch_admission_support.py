@@ -110,9 +110,7 @@ async def apply_legacy_pack(conn: Conn, document: dict[str, Any]) -> None:
             conn, owner, manifest.namespace, dumped, manifest_digest(manifest), previous
         )
         lineage = [
-            packs_q.LineageRow(
-                new.pack_install_id, ACTION_SLOT, e.kind.value, e.from_slot, e.to_slot
-            )
+            packs_q.LineageRow(new.pack_install_id, ACTION_SLOT, e.kind, e.from_slot, e.to_slot)
             for e in manifest.lineage
         ]
         await packs_q.insert_lineage(conn, new.pack_install_id, lineage)
