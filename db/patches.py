@@ -35,6 +35,17 @@ class PatchRow:
     profile_snapshot: dict[str, JsonValue] | None
 
 
+@dataclass(frozen=True, slots=True)
+class FrozenPatch:
+    """What a claimed PATCH will send, frozen under its claim (built from the latest record)."""
+
+    body: JsonValue
+    body_fingerprint: str
+    update_path: str
+    authority_snapshot: dict[str, JsonValue]
+    profile_snapshot: dict[str, JsonValue]
+
+
 _PATCH_COLUMNS: Final = """
 patch_id, link_key, status, originating_user_id, remote_io_started_at, update_path, body,
 authority_snapshot, profile_snapshot
@@ -149,7 +160,7 @@ async def claim_patch(conn: Conn, patch_id: uuid.UUID, token: uuid.UUID) -> bool
 
 
 async def freeze_patch(
-    conn: Conn, patch_id: uuid.UUID, token: uuid.UUID, values: dict[str, Any]
+    conn: Conn, patch_id: uuid.UUID, token: uuid.UUID, frozen: FrozenPatch
 ) -> bool:
     """Store the body, path and authority the PATCH will send (built from the latest record)."""
     row = await conn.fetchval(
@@ -162,11 +173,11 @@ async def freeze_patch(
         """,
         patch_id,
         token,
-        json.dumps(values["body"]),
-        values["body_fingerprint"],
-        values["update_path"],
-        json.dumps(values["authority_snapshot"]),
-        json.dumps(values["profile_snapshot"]),
+        json.dumps(frozen.body),
+        frozen.body_fingerprint,
+        frozen.update_path,
+        json.dumps(frozen.authority_snapshot),
+        json.dumps(frozen.profile_snapshot),
     )
     return row is not None
 

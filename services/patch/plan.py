@@ -11,7 +11,7 @@ from typing import Any
 
 from db import links as links_q
 from db import patches as pq
-from db.patches import PatchRow
+from db.patches import FrozenPatch, PatchRow
 from db.records import Conn
 from protocol.admission import PatchQueued, Rejected
 from protocol.drift import Finding
@@ -88,13 +88,13 @@ async def build_patch(
             conn,
             patch.patch_id,
             token,
-            {
-                "body": decision.request.body,
-                "body_fingerprint": decision.request.body_hash,
-                "update_path": decision.request.relative_path,
-                "authority_snapshot": decision.authority.model_dump(mode="json"),
-                "profile_snapshot": link.profile.model_dump(mode="json"),
-            },
+            FrozenPatch(
+                body=decision.request.body,
+                body_fingerprint=decision.request.body_hash,
+                update_path=decision.request.relative_path,
+                authority_snapshot=decision.authority.model_dump(mode="json"),
+                profile_snapshot=link.profile.model_dump(mode="json"),
+            ),
         ),
         "freeze_patch",
     )
