@@ -43,14 +43,22 @@ FROM now
 """
 
 
+@dataclass(frozen=True, slots=True)
+class SlotAnswer:
+    """A pace's answer: whether a slot was reserved, and the seconds until it (<= 0: it has
+    come) or, when none was, until the next free one."""
+
+    reserved: bool
+    wait_s: float
+
+
 async def reserve_slot(
     conn: Conn, budget_key: str, interval_s: float, tolerance_s: float, max_wait_s: float
-) -> tuple[bool, float]:
-    """Reserve the budget's next slot unless it is more than `max_wait_s` off: (whether
-    one was reserved, the seconds until it or until the next free one)."""
+) -> SlotAnswer:
+    """Reserve the budget's next slot unless it is more than `max_wait_s` off."""
     row = await conn.fetchrow(RESERVE_SLOT, budget_key, interval_s, tolerance_s, max_wait_s)
     assert row is not None
-    return bool(row["reserved"]), float(row["wait_s"])
+    return SlotAnswer(bool(row["reserved"]), float(row["wait_s"]))
 
 
 # NF-8' (migration 0330): the request may leave now when fewer than $2 of the budget's

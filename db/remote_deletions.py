@@ -6,7 +6,7 @@ never names it. The caller owns the transaction (recording goes with settling th
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
 from asyncpg import Record
 
@@ -70,6 +70,13 @@ WHERE l.link_key = $1 AND (
 """
 
 
+class DeletedObject(NamedTuple):
+    """The remote object a link points at, which a stored deletion event names."""
+
+    target_object: str
+    remote_id: str
+
+
 def _deletion(row: Record) -> RemoteDeletion:
     return RemoteDeletion.model_validate({k: row[k] for k in RemoteDeletion.model_fields})
 
@@ -107,8 +114,8 @@ async def of_links(conn: Conn, link_keys: list[str]) -> dict[str, list[RemoteDel
 
 async def link_object_deleted_by(
     conn: Conn, link_key: str, event_id: str, handler: InboundHandler
-) -> tuple[str, str] | None:
-    """The link's (target object, remote id) when `event_id` is a stored `handler` event
-    (or recorded deletion) of exactly that object; None otherwise."""
+) -> DeletedObject | None:
+    """The link's remote object when `event_id` is a stored `handler` event (or recorded
+    deletion) of exactly that object; None otherwise."""
     row = await conn.fetchrow(LINK_OBJECT_DELETED_BY, link_key, event_id, handler.value)
-    return None if row is None else (row["target_object"], row["remote_id"])
+    return None if row is None else DeletedObject(row["target_object"], row["remote_id"])

@@ -58,6 +58,13 @@ class RestoreGuard(NamedTuple):
     destination_slots: list[str]
 
 
+class RestoredLink(NamedTuple):
+    """A link RESTORE_INSTALL_SUSPENDED moved back to finalized, and the reason lifted."""
+
+    link_key: str
+    suspend_reason: str
+
+
 async def install_suspended_link_states(
     conn: Conn, owner_key: str, reasons: list[str], surfaces: list[str]
 ) -> list[LinkRowState]:
@@ -72,12 +79,12 @@ async def restore_install_suspended(
     reasons: list[str],
     operator: tuple[str, str],
     guard: RestoreGuard,
-) -> list[tuple[str, str]]:
+) -> list[RestoredLink]:
     """Move those of `link_keys` still suspended for `reasons`, under a slot pair `guard`'s
-    active install has, back to finalized, stamping `operator` (who, why); (link key, the
-    reason it was suspended for) of each moved."""
+    active install has, back to finalized, stamping `operator` (who, why); each moved, in
+    link-key order."""
     rows = await conn.fetch(RESTORE_INSTALL_SUSPENDED, link_keys, reasons, *operator, *guard)
-    return sorted((row["link_key"], row["suspend_reason"]) for row in rows)
+    return sorted(RestoredLink(row["link_key"], row["suspend_reason"]) for row in rows)
 
 
 # Page forms for `revalidate owner` (NF-7: bounded memory at any count): link-key order.

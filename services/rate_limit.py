@@ -256,10 +256,11 @@ async def reserve_pace(
     missed = 0
     while True:
         async with pool.acquire() as conn:
-            reserved, wait = await reserve_slot(
+            answer = await reserve_slot(
                 conn, slot.budget_key, slot.interval_s, CATCH_UP_S, slot.max_wait_s
             )
-        if not reserved:
+        wait = answer.wait_s
+        if not answer.reserved:
             return max(1.0, wait - slot.max_wait_s / 2)  # back with a slot in reach
         if wait <= 0:
             return None

@@ -35,8 +35,8 @@ async def apply_stored_remote_evidence(
                 extra={"link_key": key},
             )
             return await settled(conn, key)
-    target_object, remote_id = deleted
     evidence = RemoteEvidence(
-        event_id=signalled.event_id, detail=f"{target_object} {remote_id} deleted remotely"
+        event_id=signalled.event_id,
+        detail=f"{deleted.target_object} {deleted.remote_id} deleted remotely",
     )
     return await link_ops.apply_remote_evidence(step, key, evidence)

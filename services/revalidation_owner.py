@@ -326,17 +326,20 @@ async def _restore(
                 operator=approval.approved_by,
                 reason=approval.reason,
                 command=AuditCommand.REVALIDATE_OWNER,
-                link_key=key,
+                link_key=restored.link_key,
                 arguments={
                     "connector_owner_key": owner,
                     "approval_reference": approval.approval_reference,
                 },
-                state_before={"status": LinkStatus.SUSPENDED_DRIFT.value, "suspend_reason": why},
+                state_before={
+                    "status": LinkStatus.SUSPENDED_DRIFT.value,
+                    "suspend_reason": restored.suspend_reason,
+                },
                 state_after={"status": LinkStatus.FINALIZED.value},
                 outcome="install-change suspension lifted; receipts follow",
             )
-            for key, why in moved
+            for restored in moved
         ]
         if entries:
             await audit_q.append_many(conn, entries)
-    return [key for key, _ in moved]
+    return [restored.link_key for restored in moved]

@@ -24,7 +24,8 @@ async def _reserve(
     pool: asyncpg.Pool, key: str, interval: float, tolerance: float = 0.0, cap: float = 60.0
 ) -> tuple[bool, float]:
     async with pool.acquire() as conn:
-        return await reserve_slot(conn, key, interval, tolerance, cap)
+        answer = await reserve_slot(conn, key, interval, tolerance, cap)
+    return answer.reserved, answer.wait_s
 
 
 async def test_concurrent_reservations_take_distinct_slots_one_interval_apart(

@@ -78,7 +78,9 @@ async def test_senders_late_for_their_slots_bunch_and_the_window_still_holds(
     key, rng = _key(), random.Random(51)
     interval = SPAN_S / LIMIT  # the slots alone would allow exactly LIMIT per span
     async with pool.acquire() as conn:  # 30 slots, one interval apart, all reserved now
-        slots = [(await reserve_slot(conn, key, interval, 0.0, 60.0))[1] for _ in range(SENDERS)]
+        slots = [
+            (await reserve_slot(conn, key, interval, 0.0, 60.0)).wait_s for _ in range(SENDERS)
+        ]
     started = await _now(pool)
     # Late by up to two intervals, the late ones beside their punctual successors.
     late = [rng.choice((0.0, 0.0, 1.5 * interval, 2.0 * interval)) for _ in slots]
