@@ -16,7 +16,7 @@ from asyncpg import Record
 from pydantic import JsonValue
 
 from db.records import Conn
-from protocol.states import PatchStatus
+from protocol.states import PatchStatus, check_patch_transition
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +191,10 @@ async def finish_patch(
     last_error: str | None = None,
     response: dict[str, Any] | None = None,
 ) -> bool:
-    """processing -> succeeded | failed | ambiguous_remote_effect (CAS on the claim)."""
+    """processing -> succeeded | failed | ambiguous_remote_effect (CAS on the claim). A
+    target the PAT table does not allow from `processing` raises `ProtocolError` before
+    any statement (the table the status trigger is generated from)."""
+    check_patch_transition(PatchStatus.PROCESSING, target)
     row = await conn.fetchval(
         """
         UPDATE connector_patch_dispatch

@@ -8,10 +8,12 @@ import json
 import uuid
 
 import asyncpg
+import pytest
 
 from db import journal as jq
 from db import patches as pq
 from protocol.snapshots import ProfileSnapshot
+from protocol.states import PatchStatus, ProtocolError
 from services.operator import park_in_flight
 from tests.db.rows import insert_link, insert_pack_install, insert_patch
 from tests.unit.factories import demo_manifest
@@ -113,3 +115,17 @@ async def test_retries_exhausted_after_an_unsettled_412_park_the_patch_not_fail_
 
     assert await exhausted_after(412) == "ambiguous_remote_effect"
     assert await exhausted_after(400) == "failed"
+
+
+async def test_finishing_a_patch_into_a_state_pat_forbids_is_refused_before_the_statement(
+    db_pool: asyncpg.Pool,
+) -> None:
+    """`finish_patch` moves a `processing` PATCH; a target the table does not allow from
+    there (superseded: only queued or failed ones are) is a ProtocolError naming both
+    states, raised before Postgres's trigger could see it, and the row is untouched."""
+    async with db_pool.acquire() as conn:
+        link = await insert_link(conn, await insert_pack_install(conn))
+        patch_id = await _lost(conn, link)
+        with pytest.raises(ProtocolError, match="processing -> superseded"):
+            await pq.finish_patch(conn, patch_id, PatchStatus.SUPERSEDED, last_error="x")
+        assert (await _row(conn, patch_id))["status"] == "processing"
