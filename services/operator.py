@@ -383,11 +383,8 @@ async def park_in_flight(conn: Conn, link_key: str, error: str) -> None:
         contract = frozen_patch_profile(patch, link_snapshot(row).profile)
         recovery = await patch_recovery(conn, patch, contract)
         decision = next_step(recovery.model_copy(update={"exhausted": True}))
-        target = (
-            PatchStatus.AMBIGUOUS_REMOTE_EFFECT
-            if decision.step is Step.PARK_AMBIGUOUS
-            else PatchStatus.FAILED
-        )
+        parked = decision.step is Step.PARK_AMBIGUOUS
+        target = PatchStatus.AMBIGUOUS_REMOTE_EFFECT if parked else PatchStatus.FAILED
         message = _exhausted_message(decision, error)
         require_cas(
             await pq.finish_patch(conn, patch.patch_id, target, last_error=message),
