@@ -209,8 +209,7 @@ def apply_command(
     import asyncio
 
     from cli.entry import run_closing_temporal
-    from cli.pack_verify import end_as_apply_would
-    from protocol.installable import plain_http_problems
+    from cli.pack_verify import end_as_apply_would, refuse_plain_http_profiles
     from worker.settings import RuntimeSettings
 
     manifest = validate_manifest_file(file)
@@ -219,10 +218,7 @@ def apply_command(
     if confirm_reinstall and not reinstall:
         bad_input("--confirm-reinstall confirms --reinstall, which was not given")
     settings = load_settings(RuntimeSettings)  # before the install: exit 5, nothing written
-    if settings.refuses_plain_http():
-        refused = list(plain_http_problems(manifest))
-        if refused:  # every request its profiles send would be refused by the worker
-            bad_input("pack not applied (nothing written): " + "; ".join(refused))
+    refuse_plain_http_profiles(settings, manifest)
     claims, dsn = claim_options(settings, accept_unverified, reason), _dsn(database_url)
     if dry_run:
         preview = asyncio.run(_preview(dsn, manifest, reinstall=reinstall, **claims))

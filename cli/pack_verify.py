@@ -45,6 +45,17 @@ def claim_options(settings: RuntimeSettings, accept: bool, reason: str) -> dict[
     return {"production": production, "accept_unverified_claims": accept}
 
 
+def refuse_plain_http_profiles(settings: RuntimeSettings, manifest: PackManifest) -> None:
+    """S-3: where the deployment refuses plain http, a pack whose profiles name an
+    `http://` base URL is not applied (exit 2 naming each, nothing written): the worker
+    would refuse every request they send."""
+    from protocol.installable import plain_http_problems
+
+    refused = list(plain_http_problems(manifest)) if settings.refuses_plain_http() else []
+    if refused:
+        bad_input("pack not applied (nothing written): " + "; ".join(refused))
+
+
 async def apply_checked(conn: Conn, manifest: PackManifest, **options: Any) -> ApplyPackResult:
     """`apply_pack`; a profile refused for its claims exits 2 naming them (nothing written)."""
     from services.packs import ClaimsUnverified, apply_pack
