@@ -1,6 +1,6 @@
-"""The side-path actors: configuration changes, two creators, prune, revalidation and
-expiring keys while creates and PATCHes are in flight (SPEC §17; the `slow_answer`
-path is a sandbox fault rule, faults.py).
+"""The side-path actors: configuration changes, two creators, prune, revalidation,
+expiring keys and slow answers while creates and PATCHes are in flight (SPEC §17; the
+`slow_answer` path is also among the re-drawn sandbox fault rules, faults.py).
 
 Each counts what it did under `side_paths` in the campaign's JSON; what the product
 answered is kept apart (`side_path_answers`), since a refusal is often the right answer.
@@ -21,7 +21,16 @@ import asyncpg
 from bench.chaos.actors import OPERATOR, Traffic, run_cli
 from bench.chaos.config import Family
 from bench.chaos.faults import SandboxFaults
-from bench.chaos.packs import VARIANTS, Manifest, apply_legacy, campaign_manifest, variant
+from bench.chaos.packs import (
+    UPGRADE,
+    VARIANTS,
+    Manifest,
+    apply_legacy,
+    campaign_manifest,
+    unkeyed_targets,
+    variant,
+)
+from protocol.drift import INSTALL_REASONS
 from sandbox.faults import FaultRuleSpec
 
 SIDE_PATHS = (
@@ -37,6 +46,19 @@ SUSPENDED_SQL = """
 SELECT link_key FROM connector_remote_link WHERE status = 'suspended_drift'
 ORDER BY random() LIMIT $1
 """
+# A link of the slot the `slot_removed` variant removes, for the `revalidate_owner`
+# episode: one already suspended for an install change alone first, else a finalized one.
+SLOT_LINK_SQL = """
+SELECT link_key, status FROM connector_remote_link
+WHERE connector_owner_key = $1 AND action_slot_id = $2
+  AND (status = 'finalized' OR suspend_reason = ANY($3::text[]))
+ORDER BY status = 'finalized', random() LIMIT 1
+"""
+LINK_STATE_SQL = "SELECT status, suspend_reason FROM connector_remote_link WHERE link_key = $1"
+# How long the removal stays active after `revalidate owner`: two of the sampler's looks
+# past its grace (sampler.py), so a link restored under the removed slot is seen.
+REMOVAL_HOLD_S = 8.0
+DRIP_MS = 600  # a create's answer (~240 bytes) then takes minutes: past any deadline
 
 
 @dataclass
@@ -49,6 +71,8 @@ class SidePaths:
     counts: Counter[str] = field(default_factory=Counter)
     answers: Counter[str] = field(default_factory=Counter)
     _episode: int = 0
+    # One configuration episode at a time: each ends with the base pack active again.
+    _packs: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def family(self) -> Family:
@@ -61,8 +85,10 @@ class SidePaths:
     async def run(self, until: float) -> None:
         loops = [
             self._every(until, (15, 30), self.pack_episode),
+            self._every(until, (20, 35), self.removal_episode),
             self._every(until, (2, 5), self.two_slot_save),
             self._every(until, (15, 25), self.prune),
+            self._every(until, (15, 30), self.slow_answer),
         ]
         if "key_expired_resend" not in self.family.not_applicable:
             loops.append(self._every(until, (25, 40), self.key_expired_resend))
@@ -82,23 +108,59 @@ class SidePaths:
     async def _apply(self, manifest: Manifest, reinstall: bool, what: str) -> None:
         pool: asyncpg.Pool = self.traffic.pool
         async with pool.acquire() as conn:
-            result = await apply_legacy(conn, manifest, reinstall=reinstall, reason=what)
+            outcome = await apply_legacy(conn, manifest, reinstall=reinstall)
         self.counts["pack_apply"] += 1
-        self.answers[f"pack_apply_{what}_{result.outcome.value}"] += 1
+        self.answers[f"pack_apply_{what}_{outcome.value}"] += 1
 
     async def pack_episode(self) -> None:
         """One surface changed while creates and PATCHes are in flight, then the base pack
         again (a removed slot recreated); revalidation before or after the restore."""
-        name = self.rng.choice(VARIANTS)
-        changed, reinstall = variant(self.family, self.base, name)
-        await self._apply(changed, reinstall, name)
-        early = self.rng.random() < 0.5
-        await asyncio.sleep(self.rng.uniform(3, 10))
-        if early:  # with the change still active: a removed slot must stay suspended (G-4)
+        async with self._packs:
+            name = self.rng.choice(VARIANTS)
+            changed, reinstall = variant(self.family, self.base, name)
+            await self._apply(changed, reinstall, name)
+            early = self.rng.random() < 0.5
+            await asyncio.sleep(self.rng.uniform(3, 10))
+            if early:  # with the change still active: a removed slot must stay suspended
+                await self.revalidate()
+            await self._apply(self.base, False, "restore")
+            await asyncio.sleep(self.rng.uniform(1, 4))
             await self.revalidate()
-        await self._apply(self.base, False, "restore")
-        await asyncio.sleep(self.rng.uniform(1, 4))
-        await self.revalidate()
+
+    async def removal_episode(self) -> None:
+        """G-4's episode, every time: a link of the slot `slot_removed` removes is
+        suspended for an install change alone (a new install, then a save on the link),
+        the slot is removed, and `revalidate owner` runs with the removal active: it must
+        leave that link suspended (rule 1). Then the base pack, and revalidation again."""
+        slot = self.family.variants.slot_removed
+        async with self._packs:
+            await self._apply(variant(self.family, self.base, UPGRADE)[0], False, UPGRADE)
+            await self._suspend_for_install(slot)
+            await self._apply(variant(self.family, self.base, "slot_removed")[0], False, "removal")
+            await self.revalidate()
+            await asyncio.sleep(REMOVAL_HOLD_S)
+            await self._apply(self.base, False, "restore")
+            await self.revalidate()
+
+    async def _suspend_for_install(self, slot: str) -> None:
+        """A link under `slot` suspended for the install change alone: one already is, or
+        a save on a finalized one (validated under an earlier install) suspends it
+        (DRIFT-2). The answer names which, or that the slot had no link yet."""
+        args = (self.family.owner, slot, list(INSTALL_REASONS))
+        async with self.traffic.pool.acquire() as conn:
+            row = await conn.fetchrow(SLOT_LINK_SQL, *args)
+        if row is None:
+            self.answers["removal_no_link_yet"] += 1
+            return
+        key = row["link_key"]
+        if row["status"] == "finalized":
+            record = self.traffic.world.record(key)
+            await self.traffic.edit(record)
+            await self.traffic.save(record, cli=False)
+        async with self.traffic.pool.acquire() as conn:
+            state = await conn.fetchrow(LINK_STATE_SQL, key)
+        assert state is not None  # links are never deleted
+        self.answers[f"removal_link_{state['suspend_reason'] or state['status']}"] += 1
 
     async def revalidate(self) -> None:
         """`revalidate owner` for the whole owner, then `revalidate-link` on a suspended link."""
@@ -140,6 +202,32 @@ class SidePaths:
         )
         self.counts["prune"] += 1
         self.answers[f"prune_exit_{code}"] += 1
+
+    async def slow_answer(self) -> None:
+        """Answers dripped past the request's deadline (G-7) on the creates whose profile
+        declares no idempotency key and on PATCHes, for a few seconds: a request cut after
+        it was sent may have landed, and re-sending it there would write twice."""
+        faults = self.sandbox_faults
+        targets = unkeyed_targets(self.family, self.base)
+        async with faults.lock:
+            if not self.traffic.stack.sandbox.up:
+                return
+            await faults.harvest()
+            await faults.arm(
+                [
+                    FaultRuleSpec(
+                        method=method,
+                        path=path,
+                        probability=0.5,
+                        seed=self.rng.getrandbits(32),
+                        action="drip_after_effect",
+                        drip_ms=DRIP_MS,
+                    )
+                    for method, path in targets
+                ]
+            )
+            await asyncio.sleep(self.rng.uniform(3, 6))
+            await faults.harvest()  # the drips that fired count under `slow_answer`
 
     async def key_expired_resend(self) -> None:
         """Contact creates land and lose their answer, then the remote is away for longer

@@ -215,7 +215,7 @@ async def _create_database(pg: EmbeddedPostgres, sandbox_url: str, family: Famil
     conn = await asyncpg.connect(dsn)
     try:
         manifest = campaign_manifest(family, sandbox_url)
-        await apply_legacy(conn, manifest, reason="chaos campaign")
+        await apply_legacy(conn, manifest)
     finally:
         await conn.close()
     return dsn

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bench.chaos.config import FAMILIES, HERE, Family, family_named
-from bench.chaos.packs import VARIANTS, campaign_manifest, variant
+from bench.chaos.packs import UPGRADE, VARIANTS, campaign_manifest, unkeyed_targets, variant
 from bench.chaos.stack import sandbox_config
 from bench.chaos.world import World
 from protocol.manifest import parse_manifest
@@ -75,11 +75,25 @@ def test_every_pack_apply_variant_changes_the_campaign_pack(name: str) -> None:
     second = [s for s in base["actionSlots"] if s["id"] == family.second_contacts.slot]
     assert [s["destinationSlot"] for s in second] == [family.contacts.destination]
     assert {p["baseUrl"] for p in base["profiles"]} == {URL}
-    for name_ in VARIANTS:
+    for name_ in (*VARIANTS, UPGRADE):
         changed, reinstall = variant(family, base, name_)
         assert reinstall == (name_ == "reinstall")
         assert (changed == base) == reinstall, name_
         parse_manifest(changed)
+    # The removal episode's upgrade keeps every slot, so it suspends nothing by itself.
+    upgraded = variant(family, base, UPGRADE)[0]
+    assert [s["id"] for s in upgraded["actionSlots"]] == [s["id"] for s in base["actionSlots"]]
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_slow_answers_drip_where_a_re_send_writes_twice(name: str) -> None:
+    """The `slow_answer` episode drips every create whose profile declares no idempotency
+    key (a re-send there is a second object, not a replay) and every PATCH."""
+    family = family_named(name)
+    targets = unkeyed_targets(family, campaign_manifest(family, URL))
+    keyed = {family.post_paths[0]} if family.key_retention_s is not None else set()
+    assert {path for method, path in targets if method == "POST"} == set(family.post_paths) - keyed
+    assert ("PATCH", next(p for m, p in family.fault_targets if m == "PATCH")) in targets
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
