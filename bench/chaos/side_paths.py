@@ -85,7 +85,7 @@ class SidePaths:
     async def run(self, until: float) -> None:
         loops = [
             self._every(until, (15, 30), self.pack_episode),
-            self._every(until, (20, 35), self.removal_episode),
+            self._every(until, (40, 70), self.removal_episode),
             self._every(until, (2, 5), self.two_slot_save),
             self._every(until, (15, 25), self.prune),
             self._every(until, (15, 30), self.slow_answer),
