@@ -169,9 +169,10 @@ def _patch_owner(rows: list[dict[str, Any]], applied: datetime) -> dict[str, Any
     so a later one may exist, unsent, when the earlier one lands. The owner is the PATCH
     whose journalled try went out last before the remote applied it (each try's
     `sending_at` is taken in the gate's transaction, before the request leaves); a ledger
-    entry no journalled try precedes names the newest row that existed then, and the
-    checks report what that row says. None: every row with this body was queued after the
-    remote applied it, so a PATCH since pruned (a settled one, OPS-3) sent it."""
+    entry no journalled try precedes names the newest row that existed then with no
+    journalled try at all (a send its journal lacks), and the checks report what that row
+    says. A row whose every journalled try went out after the entry did not send it. None:
+    no row could have, so a PATCH since pruned (a settled one, OPS-3) sent it."""
     sent = [
         (max(t for t in p["send_times"] if t <= applied), p)
         for p in rows
@@ -179,7 +180,11 @@ def _patch_owner(rows: list[dict[str, Any]], applied: datetime) -> dict[str, Any
     ]
     if sent:
         return max(sent, key=lambda pair: pair[0])[1]
-    earlier = [p for p in rows if p["created_at"] is None or p["created_at"] <= applied]
+    earlier = [
+        p
+        for p in rows
+        if not p.get("send_times") and (p["created_at"] is None or p["created_at"] <= applied)
+    ]
     return earlier[-1] if earlier else None
 
 

@@ -3,10 +3,12 @@ cannot fire would prove nothing (bench/chaos/sampler.py, gate_check.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -14,6 +16,7 @@ from bench.chaos.checker import Final, classify
 from bench.chaos.evidence import Evidence, _patch_owner
 from bench.chaos.gate_check import History, _blocks, _patch_refused, history_of
 from bench.chaos.sampler import Sampler
+from bench.chaos.side_paths import SidePaths
 from protocol.drift import Disposition, DriftSurface, Finding
 from protocol.send_gate import RequestKind
 
@@ -80,6 +83,12 @@ def test_a_patch_queued_before_the_one_that_landed_does_not_own_its_ledger_entry
     # Seed 99: the PATCH that landed was pruned (settled); the one row left with its body
     # was queued afterwards and cannot have sent it.
     assert _patch_owner([_patch("c", 5, [])], _T0 + timedelta(seconds=2)) is None
+    # Seed 513: the row left with its body was queued before the entry, but its every try
+    # (all `not_sent`, then refused by the gate) went out after it: a pruned PATCH sent it.
+    assert _patch_owner([_patch("d", 0, [2.3, 3.3, 6.0])], _T0 + timedelta(seconds=2)) is None
+    # Beside it, a row with no journalled try may be a send its journal lacks: named.
+    owner = _patch_owner([_patch("d", 0, [2.3]), _patch("e", 1, [])], _T0 + timedelta(seconds=2))
+    assert owner is not None and owner["patch_id"] == "e"
 
 
 def _history(
@@ -131,3 +140,17 @@ def test_a_deferred_create_whose_target_the_crm_cannot_save_is_blocked_not_unset
     refused = {"contact": "prior_ownership_uncertain"}
     verdict = classify(ev, target, refused)["company"]
     assert verdict.state is Final.BLOCKED and "prior_ownership_uncertain" in verdict.detail
+
+
+async def test_no_episode_starts_after_the_chaos_phase() -> None:
+    """Seed 513: a slot removal begun after the phase's end ran past the sampler's last
+    look, so the link it restored under the removed slot was never seen (sampler.py)."""
+    side = SidePaths(cast(Any, None), cast(Any, None), random.Random(1))
+    started: list[float] = []
+
+    async def step() -> None:
+        started.append(asyncio.get_running_loop().time())
+
+    until = asyncio.get_running_loop().time() + 0.05
+    await side._every(until, (0.1, 0.1), step)
+    assert started == []
