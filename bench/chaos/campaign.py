@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import random
 import shutil
 import tempfile
@@ -114,6 +116,9 @@ async def _chaos_phase(
     until = start + cfg.seconds
     n_long = int(cfg.seconds // LONG_OUTAGE_EVERY_S)
     long_outages = [start + cfg.seconds * (i + 1) / (n_long + 1) for i in range(n_long)]
+    # The sampler looks until every actor is done: an episode begun before `until` (a slot
+    # removal and the revalidation under it) may end after it.
+    sampling = asyncio.create_task(observers.sampler.run(math.inf))
     try:
         await asyncio.gather(
             traffic.run(until),
@@ -123,10 +128,12 @@ async def _chaos_phase(
             process.revive_workers(until),
             operator.run(until),
             side.run(until) if cfg.side_paths else asyncio.sleep(0),
-            observers.sampler.run(until),
         )
         await sandbox_faults.off()
     finally:
+        sampling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampling
         await sandbox_faults.close()
 
 

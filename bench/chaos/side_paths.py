@@ -98,8 +98,10 @@ class SidePaths:
         self, until: float, gap: tuple[float, float], step: Callable[[], Awaitable[None]]
     ) -> None:
         loop = asyncio.get_running_loop()
-        while loop.time() < until:
+        while True:
             await asyncio.sleep(self.rng.uniform(*gap))
+            if loop.time() >= until:  # no episode starts after the chaos phase
+                return
             try:
                 await step()
             except Exception as error:  # the campaign outlives any one action
