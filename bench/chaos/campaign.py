@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
 import random
 import shutil
 import tempfile
@@ -118,7 +116,7 @@ async def _chaos_phase(
     long_outages = [start + cfg.seconds * (i + 1) / (n_long + 1) for i in range(n_long)]
     # The sampler looks until every actor is done: an episode begun before `until` (a slot
     # removal and the revalidation under it) may end after it.
-    sampling = asyncio.create_task(observers.sampler.run(math.inf))
+    sampling = asyncio.create_task(observers.sampler.run())
     try:
         await asyncio.gather(
             traffic.run(until),
@@ -131,9 +129,8 @@ async def _chaos_phase(
         )
         await sandbox_faults.off()
     finally:
-        sampling.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sampling
+        observers.sampler.stop()
+        await sampling
         await sandbox_faults.close()
 
 
@@ -146,14 +143,19 @@ async def _all_up(stack: ChaosStack) -> None:
 
 
 async def _push_awaited_targets(
-    world: World, traffic: Traffic, verdicts: dict[str, Verdict]
-) -> None:
+    world: World, traffic: Traffic, verdicts: dict[str, Verdict], pushed: set[str]
+) -> int:
     """A company whose primary contact was never saved waits for it by design (LANE-2):
-    the CRM saves that contact, as it eventually would."""
+    the CRM saves that contact, as it eventually would. How many targets were saved for
+    the first time (each is added to `pushed`)."""
+    first = 0
     for key, verdict in verdicts.items():
         target = world.dependency(key)
         if verdict.state is Final.UNSETTLED and target is not None and target not in verdicts:
             await traffic.save(world.record(target), cli=False)
+            first += target not in pushed
+            pushed.add(target)
+    return first
 
 
 async def _settle(
@@ -170,20 +172,23 @@ async def _settle(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + cfg.settle_seconds
     previous, unchanged = None, 0
+    targets: set[str] = set()
     while True:
         stack.workers.revive()
         pending_repairs = await operator.repair(limit=8)
         ev = await snapshot(stack)
         listed = await listed_parked(client)
         verdicts = classify(ev, world.dependency, traffic.refused())
-        await _push_awaited_targets(world, traffic, verdicts)
+        pushed = await _push_awaited_targets(world, traffic, verdicts, targets)
         quiet = pending_repairs == 0 and not any(
             v.state is Final.UNSETTLED for v in verdicts.values()
         )
         unchanged = unchanged + 1 if quiet and (verdicts, listed) == previous else 0
         previous = (verdicts, listed)
         done = quiet and (settled(verdicts, listed) or unchanged >= STABLE_POLLS)
-        if done or loop.time() > deadline:
+        # A target pushed now is not in this snapshot: poll once more, past the deadline too
+        # (each target is pushed once, so this ends).
+        if done or (loop.time() > deadline and not pushed):
             return ev, verdicts, listed, done
         await asyncio.sleep(3)
 

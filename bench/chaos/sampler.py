@@ -14,6 +14,7 @@ status and how many journal rows it has, and the finalized links with the active
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -55,15 +56,21 @@ class Sampler:
     violations: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
     _last: dict[tuple[str, str], Row] = field(default_factory=dict)
     _last_at: datetime | None = None
+    _stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def run(self, until: float) -> None:
-        loop = asyncio.get_running_loop()
-        while loop.time() < until:
+    async def run(self) -> None:
+        """Sample every `EVERY_S` until `stop` (a sample in progress is finished: one
+        cancelled mid-query leaves asyncpg's connection in a state it refuses to close)."""
+        while not self._stopped.is_set():
             try:
                 await self.sample()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 self._last_at = None  # Postgres restarting: the next gap is not judged
-            await asyncio.sleep(EVERY_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), EVERY_S)
+
+    def stop(self) -> None:
+        self._stopped.set()
 
     async def sample(self) -> None:
         conn = await asyncpg.connect(self.dsn, timeout=10)

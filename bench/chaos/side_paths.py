@@ -58,6 +58,7 @@ LINK_STATE_SQL = "SELECT status, suspend_reason FROM connector_remote_link WHERE
 # How long the removal stays active after `revalidate owner`: two of the sampler's looks
 # past its grace (sampler.py), so a link restored under the removed slot is seen.
 REMOVAL_HOLD_S = 8.0
+SLOT_LINK_TRIES = 5
 DRIP_MS = 600  # a create's answer (~240 bytes) then takes minutes: past any deadline
 
 
@@ -147,22 +148,28 @@ class SidePaths:
     async def _suspend_for_install(self, slot: str) -> None:
         """A link under `slot` suspended for the install change alone: one already is, or
         a save on a finalized one (validated under an earlier install) suspends it
-        (DRIFT-2). The answer names which, or that the slot had no link yet."""
-        args = (self.family.owner, slot, list(INSTALL_REASONS))
-        async with self.traffic.pool.acquire() as conn:
-            row = await conn.fetchrow(SLOT_LINK_SQL, *args)
-        if row is None:
-            self.answers["removal_no_link_yet"] += 1
-            return
-        key = row["link_key"]
-        if row["status"] == "finalized":
-            record = self.traffic.world.record(key)
-            await self.traffic.edit(record)
-            await self.traffic.save(record, cli=False)
-        async with self.traffic.pool.acquire() as conn:
-            state = await conn.fetchrow(LINK_STATE_SQL, key)
-        assert state is not None  # links are never deleted
-        self.answers[f"removal_link_{state['suspend_reason'] or state['status']}"] += 1
+        (DRIFT-2); a link finalized under a changed surface (an endpoint variant's) is
+        suspended for that instead, so up to `SLOT_LINK_TRIES` are saved. The answer
+        names the last link's state, or that the slot had no link yet."""
+        for _ in range(SLOT_LINK_TRIES):
+            args = (self.family.owner, slot, list(INSTALL_REASONS))
+            async with self.traffic.pool.acquire() as conn:
+                row = await conn.fetchrow(SLOT_LINK_SQL, *args)
+            if row is None:
+                self.answers["removal_no_link_yet"] += 1
+                return
+            key = row["link_key"]
+            if row["status"] == "finalized":
+                record = self.traffic.world.record(key)
+                await self.traffic.edit(record)
+                await self.traffic.save(record, cli=False)
+            async with self.traffic.pool.acquire() as conn:
+                state = await conn.fetchrow(LINK_STATE_SQL, key)
+            assert state is not None  # links are never deleted
+            reached = state["suspend_reason"] or state["status"]
+            if reached in INSTALL_REASONS:
+                break
+        self.answers[f"removal_link_{reached}"] += 1
 
     async def revalidate(self) -> None:
         """`revalidate owner` for the whole owner, then `revalidate-link` on a suspended link."""
