@@ -154,3 +154,13 @@ async def test_no_episode_starts_after_the_chaos_phase() -> None:
     until = asyncio.get_running_loop().time() + 0.05
     await side._every(until, (0.1, 0.1), step)
     assert started == []
+
+
+async def test_the_sampler_stops_between_samples() -> None:
+    """Seed 311's first run: the sampler cancelled mid-query left asyncpg refusing its own
+    rollback, and the campaign crashed; `stop` lets the sample in progress finish."""
+    sampler = Sampler("postgresql://nobody@127.0.0.1:9/none")  # every sample fails: OSError
+    running = asyncio.create_task(sampler.run())
+    sampler.stop()
+    await asyncio.wait_for(running, 15)
+    assert sampler.samples == 0 and sampler.found() == []
