@@ -130,12 +130,12 @@ async def apply_legacy(conn: Conn, manifest: Manifest, *, reinstall: bool = Fals
         )
         install = new.pack_install_id
         lineage = [
-            packs_q.LineageRow(install, ACTION_SLOT, e.kind.value, e.from_slot, e.to_slot)
+            packs_q.LineageRow(install, ACTION_SLOT, e.kind, e.from_slot, e.to_slot)
             for e in pack.lineage
         ]
         await packs_q.insert_lineage(conn, install, lineage)
         kept = [slot.id for slot in pack.action_slots]
-        removed = DriftSurface.ACTION_RECREATED.value
+        removed = DriftSurface.ACTION_RECREATED
         await packs_q.suspend_removed_slot_links(
             conn, owner, kept, REMOVED_SLOT_REASON, removed, install
         )
