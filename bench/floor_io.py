@@ -6,9 +6,11 @@ activity's claim with its RemoteIOStartedAt checkpoint, and its finalize + mirro
 sends one POST. The floor_io activity does the same count, each transaction a single
 statement on `bench_floor_io` in the bench database — a copy of `connector_push_attempt`
 (`LIKE ... INCLUDING ALL`: its columns, defaults, checks and indexes; not its foreign
-keys or its guard triggers, which are the product's choice) written with a real
-attempt's values, so every row is as wide as a create's — and one POST to the sandbox
-through the worker's HTTP client (`remote_http_client`):
+keys or its guard triggers, which are the product's choice), with the columns of the
+frozen request beside them in the same row (the product keeps those in a row of their
+own since migration 0350), written with a real attempt's values, so every row is as
+wide as a create's was — and one POST to the sandbox through the worker's HTTP client
+(`remote_http_client`):
 
 1. INSERT the pending row (the admission's analogue);
 2. UPDATE it to processing with a claim token and its checkpoint (the claim);
@@ -38,7 +40,11 @@ from protocol.request import wire_body
 TABLE: Final = "bench_floor_io"
 ACTIVITY: Final = "floor_io"
 CREATE_TABLE: Final = (
-    f"CREATE TABLE IF NOT EXISTS {TABLE} (LIKE connector_push_attempt INCLUDING ALL)"
+    f"CREATE TABLE IF NOT EXISTS {TABLE} (LIKE connector_push_attempt INCLUDING ALL, "
+    "action_type text, connector_namespace text, flow_developer_name text, "
+    "flow_action_name text, flow_version text, target_object text, profile_name text, "
+    "pack_install_id uuid, request_idempotency_key text, request_snapshot jsonb, "
+    "authority_snapshot jsonb, writeback_snapshot jsonb)"
 )
 
 # Columns a create's admission writes, then those its finalize writes (with remote_id).
@@ -97,7 +103,8 @@ async def prepare(dsn: str) -> RowTemplate:
         await conn.execute(CREATE_TABLE)
         columns = ", ".join((*ADMITTED, *FINALIZED))
         row = await conn.fetchrow(
-            f"SELECT {columns} FROM connector_push_attempt WHERE status = 'finalized' LIMIT 1"
+            f"SELECT {columns} FROM connector_push_attempt JOIN connector_push_attempt_frozen"
+            " USING (attempt_id) WHERE status = 'finalized' LIMIT 1"
         )
     finally:
         await conn.close()

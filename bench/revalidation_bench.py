@@ -94,7 +94,11 @@ async def _template(conn: asyncpg.Connection) -> dict[str, Any]:
             conn, key, save, idempotency, f"cp-{idempotency}", datetime.now(UTC)
         )
     assert isinstance(decision, CreateReserved), decision
-    attempt = await conn.fetchrow("SELECT * FROM connector_push_attempt WHERE link_key = $1", key)
+    attempt = await conn.fetchrow(
+        "SELECT * FROM connector_push_attempt JOIN connector_push_attempt_frozen"
+        " USING (attempt_id) WHERE link_key = $1",
+        key,
+    )
     assert attempt is not None
     return {**link_values(attempt, "template"), "mirror_status": "written"}
 

@@ -78,7 +78,9 @@ async def _attempt_and_journal(
     conn = await connect_postgres(dsn)
     try:
         row = await conn.fetchrow(
-            "SELECT * FROM connector_push_attempt WHERE attempt_id::text = $1", attempt_id
+            "SELECT * FROM connector_push_attempt JOIN connector_push_attempt_frozen"
+            " USING (attempt_id) WHERE attempt_id::text = $1",
+            attempt_id,
         )
         if row is None:
             return None

@@ -53,9 +53,10 @@ ORDER BY resets_at DESC LIMIT 1
 # The budget a link's pending work spends: its newest attempt's frozen scope and credential,
 # when that attempt or a PATCH of the link still waits to be sent.
 LINK_PENDING_BUDGET: Final = """
-SELECT a.request_snapshot->>'remote_scope' AS remote_scope,
-       a.request_snapshot->'profile'->>'credential_ref' AS credential_ref
-FROM connector_push_attempt a WHERE a.link_key = $1
+SELECT f.request_snapshot->>'remote_scope' AS remote_scope,
+       f.request_snapshot->'profile'->>'credential_ref' AS credential_ref
+FROM connector_push_attempt a JOIN connector_push_attempt_frozen f USING (attempt_id)
+WHERE a.link_key = $1
   AND (a.status IN ('pending', 'processing')
        OR EXISTS (SELECT 1 FROM connector_patch_dispatch p
                   WHERE p.link_key = $1 AND p.status IN ('pending', 'processing')))

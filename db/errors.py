@@ -75,7 +75,7 @@ class ActivePackInstallExistsError(DatabaseInvariantError):
 UNIQUE_INDEX_ERRORS: Final[dict[str, type[DatabaseInvariantError]]] = {
     "connector_push_attempt_one_occupying_uq": AttemptSlotOccupiedError,
     "connector_push_attempt_ordinal_uq": DuplicateAttemptOrdinalError,
-    "connector_push_attempt_idempotency_key_uq": DuplicateIdempotencyKeyError,
+    "connector_push_attempt_request_idempotency_key_uq": DuplicateIdempotencyKeyError,
     "connector_remote_link_locator_uq": RemoteLocatorClaimedError,
     "pack_install_one_active_uq": ActivePackInstallExistsError,
 }

@@ -24,8 +24,9 @@ WITH keys AS (
     SELECT target_object, remote_id FROM connector_remote_link
     WHERE source_object = $1 AND source_record_id = $2
     UNION
-    SELECT target_object, remote_id FROM connector_push_attempt
-    WHERE source_object = $1 AND source_record_id = $2 AND remote_id IS NOT NULL
+    SELECT r.target_object, a.remote_id
+    FROM connector_push_attempt a JOIN connector_push_attempt_request r USING (attempt_id)
+    WHERE a.source_object = $1 AND a.source_record_id = $2 AND a.remote_id IS NOT NULL
 ), events AS (
     SELECT e.event_id FROM connector_event e
     WHERE (e.target_object, e.remote_object_id) IN (SELECT target_object, remote_id FROM objects)
@@ -73,8 +74,11 @@ def _erase(table: str, rows: str) -> str:
     )
 
 
+# An attempt's values are in its frozen request (migration 0350).
 ERASE_ATTEMPTS: Final = _erase(
-    "connector_push_attempt", "source_object = $1 AND source_record_id = $2"
+    "connector_push_attempt_request",
+    "attempt_id IN (SELECT attempt_id FROM connector_push_attempt"
+    " WHERE source_object = $1 AND source_record_id = $2)",
 )
 ERASE_PATCHES: Final = _erase("connector_patch_dispatch", "link_key IN (SELECT link_key FROM keys)")
 ERASE_EVENTS: Final = _erase("connector_event", "event_id IN (SELECT event_id FROM events)")

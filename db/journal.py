@@ -23,9 +23,11 @@ from db.records import Conn
 
 Row = asyncpg.Record
 
-# The frozen contract's "not applied" statuses, copied into the row (PROF-1).
+# The frozen contract's "not applied" statuses, copied into the row (PROF-1); an
+# attempt's from its frozen request (`f`, the view of migration 0350).
 _ATTEMPT_NOT_APPLIED: Final = """ARRAY(SELECT jsonb_array_elements_text(
-    request_snapshot -> 'profile' -> 'not_applied_statuses')::integer)"""
+    f.request_snapshot -> 'profile' -> 'not_applied_statuses')::integer)"""
+_ATTEMPT_METHOD: Final = "COALESCE(f.request_snapshot ->> 'method', 'POST')"
 _PATCH_NOT_APPLIED: Final = """ARRAY(SELECT jsonb_array_elements_text(
     profile_snapshot -> 'not_applied_statuses')::integer)"""
 
@@ -51,9 +53,8 @@ async def claim_for_send(
         ), journal AS (
             INSERT INTO connector_send_journal
                 (attempt_id, claim_token, method, not_applied_statuses)
-            SELECT attempt_id, claim_token, COALESCE(request_snapshot ->> 'method', 'POST'),
-                   {_ATTEMPT_NOT_APPLIED}
-            FROM claimed WHERE $4
+            SELECT attempt_id, claim_token, {_ATTEMPT_METHOD}, {_ATTEMPT_NOT_APPLIED}
+            FROM claimed JOIN connector_push_attempt_frozen f USING (attempt_id) WHERE $4
             RETURNING journal_id
         ), lookup AS (
             INSERT INTO connector_send_journal (attempt_id, claim_token, method, kind)
@@ -88,9 +89,8 @@ async def checkpoint_attempt(conn: Conn, attempt_id: str, token: uuid.UUID) -> i
             RETURNING *
         )
         INSERT INTO connector_send_journal (attempt_id, claim_token, method, not_applied_statuses)
-        SELECT attempt_id, claim_token, COALESCE(request_snapshot ->> 'method', 'POST'),
-               {_ATTEMPT_NOT_APPLIED}
-        FROM fenced
+        SELECT attempt_id, claim_token, {_ATTEMPT_METHOD}, {_ATTEMPT_NOT_APPLIED}
+        FROM fenced JOIN connector_push_attempt_frozen f USING (attempt_id)
         RETURNING journal_id
         """,
         uuid.UUID(attempt_id),

@@ -31,7 +31,8 @@ async def attempts(conn: Conn, link_key: str) -> list[Row]:
                request_snapshot ->> 'body_hash' AS request_body_hash,
                request_snapshot -> 'profile' ->> 'profile_name' AS request_profile,
                response_snapshot ->> 'status' AS response_status
-        FROM connector_push_attempt WHERE link_key = $1 ORDER BY attempt_ordinal
+        FROM connector_push_attempt JOIN connector_push_attempt_frozen USING (attempt_id)
+        WHERE link_key = $1 ORDER BY attempt_ordinal
         """,
         link_key,
     )

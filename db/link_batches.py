@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from db import attempt_request
 from db import revalidation_scope as scope_q
-from db import row_sets
 from db.links import Row
 from db.records import Conn
 
@@ -104,10 +104,10 @@ async def lineage_rows_many(conn: Conn, loci: list[tuple[str, str, str, str]]) -
 
 
 async def insert_attempts(conn: Conn, rows: list[dict[str, Any]]) -> None:
-    """`insert_attempt` for many `pending` attempts in one statement (`db.row_sets`); every
-    row names the same columns (attempt_id included). The ID-5 index still rejects a
-    second occupant."""
-    await row_sets.insert_rows(conn, "connector_push_attempt", rows)
+    """`insert_attempt` for many `pending` attempts in one statement, both rows of each
+    (`db.attempt_request`); every row names the same columns (attempt_id included). The
+    ID-5 index still rejects a second occupant."""
+    await attempt_request.insert_attempts(conn, rows)
 
 
 async def record_rows_many(conn: Conn, records: list[tuple[str, str, str]]) -> list[Row]:

@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from db import revalidation_scope as scope_q
+from db.attempt_request import FREEZE_COMPLETED, FROZEN, WHOLE
 from db.records import Conn
 
 Row = asyncpg.Record
@@ -35,11 +36,11 @@ async def occupying_attempt(conn: Conn, link_key: str) -> Row | None:
     statement: the attempt-side drift check before a POST needs it (GATE-2)."""
     return await conn.fetchrow(
         """
-        SELECT a.*,
+        SELECT *,
                (SELECT p.pack_install_id::text FROM pack_install p
                 WHERE p.connector_owner_key = a.connector_owner_key AND p.active)
                    AS active_pack_install_id
-        FROM connector_push_attempt a
+        FROM connector_push_attempt a JOIN connector_push_attempt_frozen USING (attempt_id)
         WHERE a.link_key = $1 AND a.status NOT IN ('finalized', 'superseded')
         FOR UPDATE OF a
         """,
@@ -49,7 +50,7 @@ async def occupying_attempt(conn: Conn, link_key: str) -> Row | None:
 
 async def attempt_by_id(conn: Conn, attempt_id: str) -> Row | None:
     return await conn.fetchrow(
-        "SELECT * FROM connector_push_attempt WHERE attempt_id = $1 FOR UPDATE",
+        f"SELECT * FROM {WHOLE} WHERE attempt_id = $1 FOR UPDATE OF connector_push_attempt",
         uuid.UUID(attempt_id),
     )
 
@@ -82,22 +83,25 @@ async def move_attempt(
     remote_id: str | None = None,
     mirror_status: str | None = None,
 ) -> Row | None:
-    """Compare-and-set an attempt's status (and fencing token when given); the moved row.
-    Only in the lanes this runtime claims (LANE-1): a row in any other lane is never
-    moved, whoever asks (recovery, writeback, parking, an operator), and reads as a CAS
-    miss."""
+    """Compare-and-set an attempt's status (and fencing token when given); the moved row,
+    whole. Only in the lanes this runtime claims (LANE-1): a row in any other lane is
+    never moved, whoever asks (recovery, writeback, parking, an operator), and reads as a
+    CAS miss."""
     return await conn.fetchrow(
-        """
-        UPDATE connector_push_attempt
-        SET status = $3,
-            last_error = COALESCE($5, last_error),
-            response_snapshot = COALESCE($6::jsonb, response_snapshot),
-            remote_id = COALESCE($7, remote_id),
-            mirror_status = COALESCE($8, mirror_status)
-        WHERE attempt_id = $1 AND status = ANY($2::text[])
-          AND ($4::uuid IS NULL OR claim_token = $4)
-          AND dispatch_lane = ANY($9::text[])
-        RETURNING *
+        f"""
+        WITH moved AS (
+            UPDATE connector_push_attempt
+            SET status = $3,
+                last_error = COALESCE($5, last_error),
+                response_snapshot = COALESCE($6::jsonb, response_snapshot),
+                remote_id = COALESCE($7, remote_id),
+                mirror_status = COALESCE($8, mirror_status)
+            WHERE attempt_id = $1 AND status = ANY($2::text[])
+              AND ($4::uuid IS NULL OR claim_token = $4)
+              AND dispatch_lane = ANY($9::text[])
+            RETURNING *
+        )
+        SELECT * FROM moved JOIN {FROZEN} USING (attempt_id)
         """,
         uuid.UUID(attempt_id),
         expected,
@@ -209,11 +213,7 @@ async def freeze_completed_request(
 ) -> bool:
     """LANE-2: the association-complete body, frozen under this claim before the first POST."""
     row = await conn.fetchval(
-        """
-        UPDATE connector_push_attempt SET request_snapshot = $3::jsonb
-        WHERE attempt_id = $1 AND claim_token = $2 AND status = 'processing'
-        RETURNING 1
-        """,
+        FREEZE_COMPLETED,
         uuid.UUID(attempt_id),
         token,
         json.dumps(request),
@@ -358,7 +358,7 @@ async def owner_active_attempts_page(
     """The owner's attempts that are not released or terminal, after `after_key` (unlocked)."""
     return await conn.fetch(
         """
-        SELECT * FROM connector_push_attempt
+        SELECT * FROM connector_push_attempt JOIN connector_push_attempt_frozen USING (attempt_id)
         WHERE connector_owner_key = $1
           AND status NOT IN ('finalized', 'superseded', 'terminal_failed')
           AND link_key COLLATE "C" > $2

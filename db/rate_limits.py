@@ -16,8 +16,9 @@ class LinkBudgetRow:
 
 # The newest attempt's frozen install is the one its requests are sent under.
 LINK_BUDGET_ROW: Final = """
-SELECT pack_install_id::text AS pack_install_id, destination_slot_id
-FROM connector_push_attempt WHERE link_key = $1
+SELECT r.pack_install_id::text AS pack_install_id, a.destination_slot_id
+FROM connector_push_attempt a JOIN connector_push_attempt_request r USING (attempt_id)
+WHERE a.link_key = $1
 ORDER BY attempt_ordinal DESC LIMIT 1
 """
 

@@ -48,7 +48,7 @@ async def insert_rows(conn: Conn, table: str, rows: Sequence[dict[str, Any]]) ->
     assert table.isidentifier() and all(c.isidentifier() for c in columns), "names from code"
     selected = [f"s.{c}" for c in shared] + [f"r.{c}" for c in own[0]]
     sql = _INSERT.format(table=table, columns=", ".join(columns), selected=", ".join(selected))
-    await conn.execute(sql, _json(shared), _json(own))
+    await conn.execute(sql, to_json(shared), to_json(own))
 
 
 def _same(a: object, b: object) -> bool:
@@ -68,5 +68,6 @@ def _same(a: object, b: object) -> bool:
     return a == b
 
 
-def _json(value: object) -> str:
+def to_json(value: object) -> str:
+    """Rows as the statements here take them: compact JSON, other values as text."""
     return json.dumps(value, separators=(",", ":"), default=str)

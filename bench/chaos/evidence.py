@@ -31,7 +31,7 @@ SELECT attempt_id::text AS attempt_id, link_key, status, attempt_ordinal, dispat
                                               j.not_applied_statuses)) AS journal_possible,
        request_snapshot->>'locator_value' AS locator, request_snapshot->>'body_hash' AS body_hash,
        response_snapshot, remote_id, last_error, source_object, source_record_id, created_at
-FROM connector_push_attempt a
+FROM connector_push_attempt a JOIN connector_push_attempt_frozen USING (attempt_id)
 """
 LINKS_SQL = """
 SELECT link_key, status, suspend_reason, remote_id, target_object, source_object,

@@ -58,7 +58,9 @@ SELECT journal_id, attempt_id::text AS attempt_id, patch_id::text AS patch_id, k
        sending_at, outcome, status, not_applied_statuses
 FROM connector_send_journal ORDER BY journal_id
 """
-ATTEMPT_ROWS_SQL = "SELECT * FROM connector_push_attempt"
+ATTEMPT_ROWS_SQL = (
+    "SELECT * FROM connector_push_attempt JOIN connector_push_attempt_frozen USING (attempt_id)"
+)
 PATCH_LINKS_SQL = "SELECT patch_id::text AS patch_id, link_key FROM connector_patch_dispatch"
 LINK_ORIGINS_SQL = """
 SELECT link_key, created_pack_install_id::text AS created, action_slot_id, destination_slot_id

@@ -23,7 +23,8 @@ async def new_attempt(conn: asyncpg.Connection, status: str = "pending") -> uuid
     install = await insert_pack_install(conn)
     attempt_id = await insert_attempt(conn, install, link_key=new_link_key())
     await conn.execute(
-        "UPDATE connector_push_attempt SET request_snapshot = $2::jsonb WHERE attempt_id = $1",
+        "UPDATE connector_push_attempt_request SET request_snapshot = $2::jsonb "
+        "WHERE attempt_id = $1",
         attempt_id,
         json.dumps(REQUEST),
     )

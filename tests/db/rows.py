@@ -12,6 +12,7 @@ from enum import StrEnum
 
 import asyncpg
 
+from db.attempt_request import insert_attempts
 from db.link_batches import lock_records
 from protocol.states import LIFECYCLES
 
@@ -178,7 +179,8 @@ async def insert_attempt_unlocked(
     dispatch_lane: str | None = None,
     attempt_id: uuid.UUID | None = None,
 ) -> uuid.UUID:
-    """The row alone: Postgres refuses it unless the caller holds the record's lock."""
+    """The rows alone (the attempt's and its frozen request's, migration 0350): Postgres
+    refuses them unless the caller holds the record's lock."""
     attempt_id = attempt_id or uuid.uuid4()
     row: dict[str, object] = {
         **_stable(link_key),
@@ -187,13 +189,13 @@ async def insert_attempt_unlocked(
         "status": status,
         "attempt_ordinal": ordinal,
         "request_idempotency_key": f"idem-{attempt_id}",
-        "request_snapshot": json.dumps({"method": "POST", "path": "/crm/v3/objects/contacts"}),
-        "authority_snapshot": json.dumps({"user_id": "u1", "allowed_fields": ["email"]}),
+        "request_snapshot": {"method": "POST", "path": "/crm/v3/objects/contacts"},
+        "authority_snapshot": {"user_id": "u1", "allowed_fields": ["email"]},
     }
     if dispatch_lane is not None:
         row["dispatch_lane"] = dispatch_lane
-        row["association_source_ids"] = json.dumps(["", "acc-1"])
-    await _insert(conn, "connector_push_attempt", row)
+        row["association_source_ids"] = ["", "acc-1"]
+    await insert_attempts(conn, [row])
     return attempt_id
 
 

@@ -21,6 +21,7 @@ import asyncpg
 BIG_TABLES: Final = (
     "connector_remote_link",
     "connector_push_attempt",
+    "connector_push_attempt_request",
     "connector_patch_dispatch",
     "connector_operator_audit",
     "ingress_receipt",
@@ -60,19 +61,26 @@ SELECT {LINK_KEY}, 'owner-1', 'action-1', 'PushToConnector', 'Contact', 'rec-' |
 FROM generate_series(1, $1) g
 """
 
+# Both rows of each attempt (migration 0350).
 ATTEMPTS: Final = f"""
-INSERT INTO connector_push_attempt (
-    link_key, connector_owner_key, action_slot_id, action_type, source_object,
-    source_record_id, destination_slot_id, connector_namespace, flow_developer_name,
-    flow_action_name, target_object, profile_name, pack_install_id, status,
-    attempt_ordinal, request_idempotency_key, request_snapshot, authority_snapshot,
-    remote_id, created_at, updated_at)
-SELECT {ATTEMPT_KEY}, 'owner-1', 'action-1', 'PushToConnector', 'Contact', 'rec-a' || g,
-       'dest-1', 'acme', 'Push_Contact', 'Push', 'contacts', 'profile-1', $2,
-       CASE WHEN g % 300 = 0 THEN 'pending' WHEN g % 500 = 0 THEN 'terminal_failed'
-            WHEN g % 700 = 0 THEN 'ambiguous_remote_effect' ELSE 'finalized' END,
-       1, 'idem-' || g, '{{}}', '{{}}', 'remote-a' || g, {AGE}, {AGE}
-FROM generate_series(1, $1) g
+WITH attempt AS (
+    INSERT INTO connector_push_attempt (
+        link_key, connector_owner_key, action_slot_id, source_object, source_record_id,
+        destination_slot_id, status, attempt_ordinal, remote_id, created_at, updated_at)
+    SELECT {ATTEMPT_KEY}, 'owner-1', 'action-1', 'Contact', 'rec-a' || g, 'dest-1',
+           CASE WHEN g % 300 = 0 THEN 'pending' WHEN g % 500 = 0 THEN 'terminal_failed'
+                WHEN g % 700 = 0 THEN 'ambiguous_remote_effect' ELSE 'finalized' END,
+           1, 'remote-a' || g, {AGE}, {AGE}
+    FROM generate_series(1, $1) g
+    RETURNING attempt_id
+)
+INSERT INTO connector_push_attempt_request (
+    attempt_id, action_type, connector_namespace, flow_developer_name, flow_action_name,
+    target_object, profile_name, pack_install_id, request_idempotency_key, request_snapshot,
+    authority_snapshot)
+SELECT attempt_id, 'PushToConnector', 'acme', 'Push_Contact', 'Push', 'contacts', 'profile-1',
+       $2, 'idem-' || attempt_id, '{{}}', '{{}}'
+FROM attempt
 """
 
 PATCHES: Final = f"""

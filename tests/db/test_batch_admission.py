@@ -47,7 +47,8 @@ async def written(conn: Conn) -> dict[str, list[dict[str, Any]]]:
         "attempts": "SELECT link_key, attempt_ordinal, status, dispatch_lane, "
         "request_idempotency_key, request_snapshot, authority_snapshot, "
         "association_source_ids, writeback_snapshot, pack_install_id "
-        "FROM connector_push_attempt ORDER BY link_key, attempt_ordinal",
+        "FROM connector_push_attempt JOIN connector_push_attempt_frozen USING (attempt_id) "
+        "ORDER BY link_key, attempt_ordinal",
         "patches": "SELECT link_key, status, originating_user_id, last_error "
         "FROM connector_patch_dispatch ORDER BY link_key, status",
         "links": "SELECT link_key, status, suspend_reason, drift_findings "

@@ -32,7 +32,7 @@ async def test_floor_io_copies_an_attempts_width_and_posts_once(
         install = await insert_pack_install(conn)
         attempt = await insert_attempt(conn, install, link_key=new_link_key())
         await conn.execute(
-            "UPDATE connector_push_attempt SET request_snapshot = $2 WHERE attempt_id = $1",
+            "UPDATE connector_push_attempt_request SET request_snapshot = $2 WHERE attempt_id = $1",
             attempt,
             json.dumps(REQUEST),
         )
@@ -58,7 +58,7 @@ async def test_floor_io_copies_an_attempts_width_and_posts_once(
         rows = await conn.fetch(f"SELECT * FROM {TABLE}")
         widths = await conn.fetchval(
             f"SELECT (SELECT pg_column_size(f.request_snapshot) FROM {TABLE} f) "
-            "= pg_column_size(a.request_snapshot) FROM connector_push_attempt a "
+            "= pg_column_size(a.request_snapshot) FROM connector_push_attempt_frozen a "
             "WHERE attempt_id = $1",
             attempt,
         )

@@ -23,7 +23,13 @@ APPEND_ONLY = frozenset(
     }
 )
 INBOX = frozenset({"connector_event", "ingress_receipt", "workflow_action_execution"})
-NEVER_DELETED = frozenset({"connector_remote_link", "connector_push_attempt"})  # G-3
+# G-3; an attempt is two rows since migration 0350.
+NEVER_DELETED = frozenset(
+    {"connector_remote_link", "connector_push_attempt", "connector_push_attempt_request"}
+)
+# Stored once per content and named by many rows (0350): written by admission, never
+# changed or deleted.
+CONTENT_ADDRESSED = frozenset({"connector_frozen_snapshot"})
 # Every table the migrations make, each with a grant decision below. A new table fails
 # this list until its migration grants it and it is added here (fail closed: no grant).
 KNOWN_TABLES = frozenset(
@@ -44,6 +50,7 @@ KNOWN_TABLES = frozenset(
         *APPEND_ONLY,
         *INBOX,
         *NEVER_DELETED,
+        *CONTENT_ADDRESSED,
     }
 )
 
@@ -54,6 +61,8 @@ def expected(role: Role, table: str) -> frozenset[str]:
         return frozenset({"SELECT", "INSERT"}) if table in INBOX else frozenset()
     if table == "schema_migration":
         return frozenset({"SELECT"})
+    if table in CONTENT_ADDRESSED:
+        return frozenset({"SELECT", "INSERT"})
     if role == "save_api":
         if table in INBOX:
             return frozenset()

@@ -34,7 +34,7 @@ async def test_the_checkpoint_is_never_cleared(db_pool: asyncpg.Pool) -> None:
         )
         await refused(
             conn,
-            'UPDATE connector_push_attempt SET request_snapshot = \'{"method": "POST"}\' '
+            'UPDATE connector_push_attempt_request SET request_snapshot = \'{"method": "POST"}\' '
             "WHERE attempt_id = $1",
             attempt_id,
         )

@@ -45,22 +45,22 @@ async def test_link_identity_is_immutable(db_pool: asyncpg.Pool, assignment: str
 
 
 @pytest.mark.parametrize(
-    "assignment",
+    ("table", "assignment"),
     [
-        "link_key = 'lk1_' || repeat('0', 64)",
-        "attempt_ordinal = 7",
-        "request_idempotency_key = 'other'",
-        "source_record_id = 'other'",
+        ("connector_push_attempt", "link_key = 'lk1_' || repeat('0', 64)"),
+        ("connector_push_attempt", "attempt_ordinal = 7"),
+        ("connector_push_attempt", "source_record_id = 'other'"),
+        # the frozen half of the attempt (migration 0350)
+        ("connector_push_attempt_request", "request_idempotency_key = 'other'"),
+        ("connector_push_attempt_request", "action_type = 'other'"),
     ],
 )
-async def test_attempt_identity_is_immutable(db_pool: asyncpg.Pool, assignment: str) -> None:
+async def test_attempt_identity_is_immutable(
+    db_pool: asyncpg.Pool, table: str, assignment: str
+) -> None:
     async with db_pool.acquire() as conn:
         attempt_id = await new_attempt(conn)
-        await refused(
-            conn,
-            f"UPDATE connector_push_attempt SET {assignment} WHERE attempt_id = $1",
-            attempt_id,
-        )
+        await refused(conn, f"UPDATE {table} SET {assignment} WHERE attempt_id = $1", attempt_id)
 
 
 # -- PROF-4: canonical remote ids ----------------------------------------------------------

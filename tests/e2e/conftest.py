@@ -121,7 +121,8 @@ class Stack:
 
     async def attempt(self, key: str) -> asyncpg.Record:
         row = await self.pool.fetchrow(
-            "SELECT * FROM connector_push_attempt WHERE link_key = $1 "
+            "SELECT * FROM connector_push_attempt JOIN connector_push_attempt_frozen"
+            " USING (attempt_id) WHERE link_key = $1 "
             "ORDER BY attempt_ordinal DESC LIMIT 1",
             key,
         )

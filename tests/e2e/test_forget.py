@@ -157,11 +157,11 @@ async def test_s7_forget_refuses_while_a_request_may_still_be_sent_and_writes_no
         originating_user_id="alice",
     )
     await admit_one(demo_db, save)  # no worker: the attempt stays pending
-    snapshot = await demo_db.fetchval("SELECT request_snapshot FROM connector_push_attempt")
+    snapshot = await demo_db.fetchval("SELECT request_snapshot FROM connector_push_attempt_frozen")
     result = await _cli(db_dsn, "forget", *RECORD, *WHO)
     assert result.exit_code == 1
     assert "may still be sent or processed" in result.output and "pending" in result.output
-    assert await demo_db.fetchval("SELECT request_snapshot FROM connector_push_attempt") == (
+    assert await demo_db.fetchval("SELECT request_snapshot FROM connector_push_attempt_frozen") == (
         snapshot
     )
     assert await demo_db.fetchval("SELECT count(*) FROM connector_operator_audit") == 0
