@@ -90,14 +90,15 @@ BY_RECORD_ID: Final = _FOUND.format(
     keys=_keys((LINK, "source_record_id = $3"), (ATTEMPT, "source_record_id = $3"))
 )
 BY_REMOTE_ID: Final = _FOUND.format(
-    keys=_keys((LINK, "remote_id = $3"), (ATTEMPT, "remote_id = $3"))
+    # an attempt's settled id (migration 0351): a moving one's is on its link already
+    keys=_keys((LINK, "remote_id = $3"), (ATTEMPT, "settled_remote_id = $3"))
 )
 # Candidates only: the caller keeps those whose `park_reason` is the one asked for.
 PARKED: Final = _FOUND.format(
     keys=_keys(
         (LINK, "status = 'suspended_drift'"),
         ("connector_patch_dispatch", "status IN ('ambiguous_remote_effect', 'failed')"),
-        (ATTEMPT, "status IN ('ambiguous_remote_effect', 'terminal_failed')"),
+        (ATTEMPT, "phase IN ('ambiguous_remote_effect', 'terminal_failed')"),
     )
 )
 

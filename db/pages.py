@@ -16,6 +16,8 @@ from uuid import UUID
 
 import asyncpg
 
+from db.transition_sql import attempt_phase_sql
+
 Row = asyncpg.Record
 PREFETCH: Final = 1_000
 NO_UUID: Final = UUID(int=0)
@@ -37,16 +39,20 @@ LIMIT $3
 """
 
 
-def _page(columns: str, table: str, key: str, by_status: bool) -> str:
-    status = "status = $4 AND" if by_status else ""
+def _page(columns: str, table: str, key: str, by_status: str | None) -> str:
+    status = "" if by_status is None else f"status = $4 AND {by_status}"
     return _PAGE.format(columns=columns, table=table, key=key, status=status)
 
 
-LINKS_PAGE: Final = _page(LINK_COLUMNS, "connector_remote_link", "link_key", False)
-LINKS_PAGE_BY_STATUS: Final = _page(LINK_COLUMNS, "connector_remote_link", "link_key", True)
-ATTEMPTS_PAGE: Final = _page(ATTEMPT_COLUMNS, "connector_push_attempt", "attempt_id", False)
+# An attempt's status index names its phase (migration 0351).
+_ATTEMPT_PHASE: Final = f"phase = {attempt_phase_sql('$4::text')} AND"
+
+
+LINKS_PAGE: Final = _page(LINK_COLUMNS, "connector_remote_link", "link_key", None)
+LINKS_PAGE_BY_STATUS: Final = _page(LINK_COLUMNS, "connector_remote_link", "link_key", "")
+ATTEMPTS_PAGE: Final = _page(ATTEMPT_COLUMNS, "connector_push_attempt", "attempt_id", None)
 ATTEMPTS_PAGE_BY_STATUS: Final = _page(
-    ATTEMPT_COLUMNS, "connector_push_attempt", "attempt_id", True
+    ATTEMPT_COLUMNS, "connector_push_attempt", "attempt_id", _ATTEMPT_PHASE
 )
 
 

@@ -7,18 +7,20 @@ from typing import Final
 
 from db.links import CLAIMABLE_LANES
 from db.records import Conn
+from db.transition_sql import ATTEMPT_MOVING
 
 # Create attempts a workflow must move on: dispatch (pending, or processing with no
 # checkpoint), resolve after a crash (processing with a checkpoint, post_sent: the
-# dispatch parks or resends them, never re-POSTs blindly) or finish (writeback_pending).
-CREATE_WORK: Final = ("pending", "processing", "post_sent", "writeback_pending")
+# dispatch parks or resends them, never re-POSTs blindly) or finish (writeback_pending):
+# the attempt's active phase (migration 0351), whose index the sweep reads.
+CREATE_WORK: Final = tuple(status.value for status in ATTEMPT_MOVING)
 # PATCH dispatches waiting for, or stranded in, their workflow (SPEC §5.5).
 PATCH_WORK: Final = ("pending", "processing")
 
 LINKS_WITH_PENDING_WORK: Final = """
 SELECT link_key FROM (
     SELECT link_key FROM connector_push_attempt
-    WHERE status = ANY($3::text[]) AND dispatch_lane = ANY($5::text[])
+    WHERE phase = 'active' AND status = ANY($3::text[]) AND dispatch_lane = ANY($5::text[])
       AND updated_at <= now() - $6::interval
     UNION
     SELECT link_key FROM connector_patch_dispatch

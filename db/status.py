@@ -18,10 +18,11 @@ WHERE status = 'suspended_drift' GROUP BY 1
 """
 
 # Parked work that waits for a person: the occupying attempt's status, or a PATCH whose
-# outcome is unknown (the LinkWorkflow's `patch_outcome_unknown`).
+# outcome is unknown (the LinkWorkflow's `patch_outcome_unknown`). An attempt's indexes
+# name its phase, which is its status once it settled (migration 0351).
 PARKED_BY_REASON: Final = """
 SELECT status AS label, count(*) AS n FROM connector_push_attempt
-WHERE status IN ('ambiguous_remote_effect', 'terminal_failed') GROUP BY 1
+WHERE phase IN ('ambiguous_remote_effect', 'terminal_failed') GROUP BY 1
 UNION ALL
 SELECT 'patch_outcome_unknown', count(*) FROM connector_patch_dispatch
 WHERE status = 'ambiguous_remote_effect' HAVING count(*) > 0
@@ -29,8 +30,7 @@ WHERE status = 'ambiguous_remote_effect' HAVING count(*) > 0
 
 QUEUE_DEPTH: Final = """
 SELECT
-  (SELECT count(*) FROM connector_push_attempt
-   WHERE status IN ('pending', 'processing', 'post_sent', 'writeback_pending')) AS attempts,
+  (SELECT count(*) FROM connector_push_attempt WHERE phase = 'active') AS attempts,
   (SELECT count(*) FROM connector_patch_dispatch WHERE status IN ('pending', 'processing'))
       AS patches
 """
@@ -38,8 +38,7 @@ SELECT
 # Finished work and admissions since $1.
 RECENT: Final = """
 SELECT
-  (SELECT count(*) FROM connector_push_attempt
-   WHERE status = 'finalized' AND updated_at >= $1) AS creates,
+  (SELECT count(*) FROM connector_push_attempt WHERE finalized_at >= $1) AS creates,
   (SELECT count(*) FROM connector_patch_dispatch
    WHERE status = 'succeeded' AND updated_at >= $1) AS patches,
   (SELECT count(*) FROM ingress_receipt WHERE received_at >= $1) AS admissions
@@ -48,7 +47,7 @@ SELECT
 OLDEST_PARKED: Final = """
 SELECT link_key, reason, since FROM (
     SELECT link_key, status AS reason, updated_at AS since FROM connector_push_attempt
-    WHERE status IN ('ambiguous_remote_effect', 'terminal_failed')
+    WHERE phase IN ('ambiguous_remote_effect', 'terminal_failed')
     UNION ALL
     SELECT link_key, coalesce(suspend_reason, 'suspended'), updated_at FROM connector_remote_link
     WHERE status = 'suspended_drift'

@@ -132,24 +132,77 @@ def _render_triggers(table: str, function: str) -> list[str]:
     ]
 
 
+# An attempt's states while a create moves it without a person: its `phase` is 'active'
+# then, and its status once it settles (parked, finalized or superseded).
+ATTEMPT_MOVING: Final = (
+    AttemptStatus.PENDING,
+    AttemptStatus.PROCESSING,
+    AttemptStatus.POST_SENT,
+    AttemptStatus.WRITEBACK_PENDING,
+)
+ACTIVE_PHASE: Final = "active"
+_ATTEMPT_DERIVED: Final = ("phase", "finalized_at", "settled_remote_id")
+_ATTEMPT_INDEXES: Final = (
+    "one_occupying_uq",
+    "status_ix",
+    "parked_ix",
+    "finalized_ix",
+    "remote_id_ix",
+)
+
+
+def attempt_phase_sql(status: str) -> str:
+    """The SQL of the phase of `status` (an SQL expression): the generated column's own
+    expression, for a query that names a status and must reach the phase's index."""
+    moving, active = _list(ATTEMPT_MOVING), _lit(ACTIVE_PHASE)
+    return f"(CASE WHEN {status} IN ({moving}) THEN {active} ELSE {status} END)"
+
+
 def _render_occupancy_indexes() -> str:
+    return "\n".join([*_render_attempt_state_indexes(), "", *_render_locator_index()])
+
+
+def _render_attempt_state_indexes() -> list[str]:
+    """ID-5 and the attempt's state indexes, none naming a column a moving create changes,
+    so that its claim and its answer are HOT updates (bench P9): they name generated
+    columns that change only when the attempt settles."""
     released = [state for state in AttemptStatus if state in ATTEMPT_RELEASED]
-    return "\n".join(
-        [
-            "-- ID-5: one attempt per link key occupies the create slot (active or an",
-            "-- unsuperseded terminal_failed); only released states free it.",
-            "DROP INDEX IF EXISTS connector_push_attempt_one_occupying_uq;",
-            "CREATE UNIQUE INDEX connector_push_attempt_one_occupying_uq",
-            f"    ON connector_push_attempt (link_key) WHERE status NOT IN ({_list(released)});",
-            "",
-            "-- ID-4: a remote locator belongs to at most one non-retired link.",
-            "DROP INDEX IF EXISTS connector_remote_link_locator_uq;",
-            "CREATE UNIQUE INDEX connector_remote_link_locator_uq",
-            "    ON connector_remote_link (connector_owner_key, destination_slot_id,"
-            " remote_scope, remote_id)",
-            f"    WHERE status <> {_lit(LinkStatus.RETIRED)};",
-        ]
-    )
+    parked = [s for s in AttemptStatus if s not in ATTEMPT_RELEASED and s not in ATTEMPT_MOVING]
+    table = "connector_push_attempt"
+    return [
+        "-- The attempt's phase, the moment it was finalized, and the remote id it settled",
+        "-- with (null while a create moves it: its link, written with the id, has it).",
+        *(f"DROP INDEX IF EXISTS {table}_{index};" for index in _ATTEMPT_INDEXES),
+        f"ALTER TABLE {table}",
+        *(f"    DROP COLUMN IF EXISTS {column}," for column in _ATTEMPT_DERIVED),
+        f"    ADD COLUMN phase text GENERATED ALWAYS AS {attempt_phase_sql('status')} STORED,",
+        "    ADD COLUMN finalized_at timestamptz GENERATED ALWAYS AS",
+        f"        (CASE WHEN status = {_lit(AttemptStatus.FINALIZED)} THEN updated_at END) STORED,",
+        "    ADD COLUMN settled_remote_id text GENERATED ALWAYS AS",
+        f"        (CASE WHEN status NOT IN ({_list(ATTEMPT_MOVING)}) THEN remote_id END) STORED;",
+        "",
+        "-- ID-5: one attempt per link key occupies the create slot (active or an",
+        "-- unsuperseded terminal_failed); only released states free it.",
+        f"CREATE UNIQUE INDEX {table}_one_occupying_uq",
+        f"    ON {table} (link_key) WHERE phase NOT IN ({_list(released)});",
+        f"CREATE INDEX {table}_status_ix ON {table} (phase, created_at, attempt_id);",
+        f"CREATE INDEX {table}_parked_ix ON {table} (link_key) WHERE phase IN ({_list(parked)});",
+        f"CREATE INDEX {table}_finalized_ix ON {table} (finalized_at)",
+        "    WHERE finalized_at IS NOT NULL;",
+        f"CREATE INDEX {table}_remote_id_ix ON {table} (settled_remote_id)",
+        "    WHERE settled_remote_id IS NOT NULL;",
+    ]
+
+
+def _render_locator_index() -> list[str]:
+    return [
+        "-- ID-4: a remote locator belongs to at most one non-retired link.",
+        "DROP INDEX IF EXISTS connector_remote_link_locator_uq;",
+        "CREATE UNIQUE INDEX connector_remote_link_locator_uq",
+        "    ON connector_remote_link (connector_owner_key, destination_slot_id,"
+        " remote_scope, remote_id)",
+        f"    WHERE status <> {_lit(LinkStatus.RETIRED)};",
+    ]
 
 
 def _lit(state: str) -> str:
