@@ -65,7 +65,7 @@ class Line:
         except BaseException:
             if place.done() and not place.cancelled():
                 self.release()  # handed the line, then cancelled: hand it on
-            else:
+            elif entry in self._waiters:  # a release may already have dropped it
                 self._waiters.remove(entry)
                 heapq.heapify(self._waiters)
             raise

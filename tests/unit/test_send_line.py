@@ -68,3 +68,21 @@ async def test_a_waiter_cancelled_after_it_was_handed_the_line_hands_it_on() -> 
     async with asyncio.timeout(5):
         await second
     assert order == ["second"]
+
+
+async def test_a_waiter_cancelled_while_a_release_drops_it_raises_only_its_cancellation() -> None:
+    """The release runs between the cancellation and the waiter's resumption: it drops the
+    cancelled place and hands the line on; the waiter must not fail removing it again."""
+    line = Line()
+    await line.acquire(BULK_PRIORITY)
+    first = asyncio.create_task(line.acquire(INTERACTIVE_PRIORITY))
+    order: list[str] = []
+    second = asyncio.create_task(_queue(line, BULK_PRIORITY, "second", order))
+    await _until_waiting(line, 2)
+    first.cancel()  # its place is cancelled now; the task resumes later
+    line.release()  # drops the cancelled place, hands the line to `second`
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    async with asyncio.timeout(5):
+        await second
+    assert order == ["second"]
