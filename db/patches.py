@@ -249,7 +249,9 @@ async def suspend_link(
     return row is not None
 
 
-async def set_remote_etag(conn: Conn, link_key: str, etag: str) -> None:
+async def set_remote_etag(conn: Conn, link_key: str, etag: str | None) -> None:
+    """The link's entity tag: a PATCH's answer, or an operator's read-back (None: the
+    remote gave none, and the old one no longer stands)."""
     await conn.execute(
         "UPDATE connector_remote_link SET remote_etag = $2 WHERE link_key = $1", link_key, etag
     )
@@ -258,13 +260,6 @@ async def set_remote_etag(conn: Conn, link_key: str, etag: str) -> None:
 async def patch_by_id(conn: Conn, patch_id: uuid.UUID) -> PatchRow | None:
     """One PATCH, locked."""
     return _patch(await conn.fetchrow(SELECT_BY_ID, patch_id))
-
-
-async def replace_remote_etag(conn: Conn, link_key: str, etag: str | None) -> None:
-    """An operator's revalidation: the entity tag read back (or none) replaces the old."""
-    await conn.execute(
-        "UPDATE connector_remote_link SET remote_etag = $2 WHERE link_key = $1", link_key, etag
-    )
 
 
 async def queue_patches(conn: Conn, users_by_key: dict[str, str | None]) -> None:

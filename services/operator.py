@@ -346,7 +346,7 @@ async def _revalidate(conn: Conn, input: OperatorActionInput, refresh: Refresh) 
     if refresh is not None and row["suspend_reason"] == SuspendReason.REMOTE_CONFLICT.value:
         # PROF-2: the entity tag of the object the operator accepted, so the next PATCH
         # is not refused for the same out-of-band change again.
-        await pq.replace_remote_etag(conn, input.link_key, refresh.etag)
+        await pq.set_remote_etag(conn, input.link_key, refresh.etag)
         shown = refresh.etag if refresh.read else "dropped (no read-back declared)"
         message += f"; entity tag {shown}"
     return message
