@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from asyncpg import Record
 
-from db.ingress_queries import Conn
+from db.records import Conn
 from protocol.action_callback import ActionPhase, CompletionState, ExecutionView, StopReason
 from protocol.inbound import EventStatus, EventView
 

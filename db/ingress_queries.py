@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple
 
-from asyncpg import Connection, Record
-from asyncpg.pool import PoolConnectionProxy
-
-Conn: TypeAlias = "Connection[Record] | PoolConnectionProxy[Record]"
+from db.records import Conn
 
 
 class EventRow(NamedTuple):

@@ -26,7 +26,8 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from db import inbound_queries as q
-from db.ingress_queries import Conn, mark_events_started
+from db.ingress_queries import mark_events_started
+from db.records import Conn
 from protocol.action_callback import (
     COMPLETE_PATH,
     ActionPhase,
